@@ -1,0 +1,118 @@
+"""One pydantic ``RunConfig`` for a run: a short YAML file plus ``key=value`` overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EngineConfig(_Strict):
+    name: Literal["torch", "scripted"] = Field(
+        "torch", description="Engine behind the Policy: 'torch' (HF model) or 'scripted' (oracle)."
+    )
+    model: str = Field(
+        "tiny",
+        description="Model: 'tiny', 'smollm2-135m', or a local Hugging Face checkpoint directory.",
+    )
+    device: str = Field("cpu", description="torch device for the torch engine.")
+    dtype: str = Field("float32", description="torch dtype name for the weights.")
+    seed: int = Field(0, description="Seed for the tiny model's initial weights.")
+    mode: Literal["oracle", "noop"] = Field(
+        "oracle", description="scripted engine only: play the reference solution, or never act."
+    )
+
+
+class PolicyConfig(_Strict):
+    engine: EngineConfig = Field(default_factory=EngineConfig, description="The engine to host.")
+    replicas: int = Field(1, ge=1, description="Number of Policy replicas (Serve deployment).")
+    num_cpus: float = Field(1.0, gt=0, description="CPUs reserved per Policy replica.")
+    num_gpus: float = Field(0.0, ge=0, description="GPUs reserved per Policy replica.")
+    max_batch_size: int = Field(16, ge=1, description="Requests batched into one engine call.")
+    batch_wait_ms: float = Field(
+        5.0, ge=0, description="How long a batch waits for more requests before it runs."
+    )
+    max_ongoing_requests: int = Field(256, ge=1, description="Per-replica concurrency bound.")
+    default_max_tokens: int = Field(
+        512, ge=1, description="max_tokens when a request does not say."
+    )
+
+
+class ProxyConfig(_Strict):
+    max_body_bytes: int = Field(
+        8 * 1024 * 1024, ge=1024, description="Largest request body the proxy accepts."
+    )
+    max_turns_per_attempt: int = Field(
+        200, ge=1, description="Model calls one attempt may make before it gets 429."
+    )
+
+
+class SandboxConfig(_Strict):
+    backend: Literal["local"] = Field("local", description="Where harnesses run.")
+    root: str | None = Field(None, description="Host folder for workspaces (default: temp dir).")
+    isolate_network: bool = Field(
+        True, description="Give the sandbox a private network whose only way out is its proxy."
+    )
+
+
+class RunConfig(_Strict):
+    name: str = Field("quickstart", description="Run name; outputs go to runs/<name>/.")
+    runs_dir: str = Field("runs", description="Folder that holds run directories.")
+    policy: PolicyConfig = Field(default_factory=PolicyConfig, description="The Policy.")
+    proxy: ProxyConfig = Field(default_factory=ProxyConfig, description="HarnessPod proxy limits.")
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="Sandboxes.")
+    harness: str = Field("react", description="Harness every attempt runs.")
+    tasks: str = Field("smoke", description="Task suite name or path.")
+    task_ids: list[str] = Field(
+        default_factory=list, description="Only these tasks of the suite (all when empty)."
+    )
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature for harness calls.")
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.runs_dir) / self.name
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = data
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{key}: {p} is not a section")
+    node[parts[-1]] = value
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+    """Read a YAML config (or the defaults), apply ``key=value`` overrides, validate."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise ConfigError(f"{path}: {e}") from e
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a mapping at the top level")
+    for item in overrides or []:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r}: expected key=value")
+        key, raw = item.split("=", 1)
+        _set_dotted(data, key.strip(), yaml.safe_load(raw))
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as e:
+        where = f"{path}: " if path else ""
+        lines = [
+            f"{where}{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
+        ]
+        raise ConfigError("invalid config:\n  " + "\n  ".join(lines)) from None

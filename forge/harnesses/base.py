@@ -1,0 +1,65 @@
+"""The Harness interface: how an agent harness is installed, configured and run for one attempt."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from forge.sandboxes.base import ExecResult
+
+
+@dataclass
+class AttemptContext:
+    """Everything a harness needs to point itself at its attempt's proxy.
+
+    ``base_url`` ends in ``/v1`` (OpenAI style); ``anthropic_base_url`` is the same without it.
+    ``workspace`` is the workspace as commands see it (``Sandbox.workspace``). ``paths`` is the
+    sandbox's ``path_map()``: harnesses build every sandbox path they hand to a command with
+    :meth:`path`, so a read-only mount at ``/opt/forge/...`` still works where the backend could
+    only run the command on the host.
+    """
+
+    base_url: str
+    anthropic_base_url: str
+    api_key: str
+    model: str
+    instruction: str
+    workspace: str
+    max_turns: int = 20
+    extra: dict[str, str] = field(default_factory=dict)
+    paths: dict[str, str] = field(default_factory=dict)
+
+    def path(self, sandbox_path: str) -> str:
+        """``sandbox_path`` as commands in this attempt's sandbox see it."""
+        hits = [
+            p
+            for p in self.paths
+            if sandbox_path == p or sandbox_path.startswith(p.rstrip("/") + "/")
+        ]
+        if not hits:
+            return sandbox_path
+        best = max(hits, key=len)
+        return self.paths[best] + sandbox_path[len(best) :]
+
+
+class Harness(Protocol):
+    name: str
+    protocol: str  # "chat" | "responses" | "anthropic": the wire protocol it speaks
+
+    def ro_mounts(self) -> dict[str, str]:
+        """Host paths (install caches, the harness program) to mount read-only: host -> sandbox."""
+        ...
+
+    def files(self, ctx: AttemptContext) -> dict[str, str]:
+        """Files to write into the sandbox before the episode (sandbox path -> content)."""
+        ...
+
+    def env(self, ctx: AttemptContext) -> dict[str, str]: ...
+
+    def command(self, ctx: AttemptContext) -> list[str]:
+        """The command line of one headless episode."""
+        ...
+
+    def final_answer(self, result: ExecResult) -> str | None:
+        """The harness's final answer, read from its output."""
+        ...

@@ -1,0 +1,65 @@
+"""The Sandbox interface: where a harness runs, isolated from the host and from other attempts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass
+class ExecResult:
+    exit_code: int  # -1 when killed on timeout
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    duration_s: float = 0.0
+
+
+@dataclass
+class SandboxSpec:
+    """What an attempt's sandbox needs.
+
+    ``labels`` identify it (run, pod, attempt) so leaked sandboxes can be found and reaped;
+    ``ro_mounts`` maps host paths to sandbox paths exposed read-only (harness install caches);
+    ``proxy_socket`` is the host Unix socket of the attempt's proxy, bridged to
+    ``127.0.0.1:proxy_port`` inside an isolated network namespace; ``proxy_tcp`` (``host:port``)
+    is the proxy's TCP address, used where no isolation is available (the sandbox then shares
+    the host network) or relayed through a private Unix socket where it is.
+    """
+
+    labels: dict[str, str] = field(default_factory=dict)
+    deadline_s: float = 600.0
+    ro_mounts: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    proxy_socket: str | None = None
+    proxy_port: int = 8931
+    proxy_tcp: str | None = None
+
+
+class Sandbox(Protocol):
+    """Create, exec with a timeout, put and get files, destroy. Paths are sandbox paths;
+    relative ones are taken from the workspace."""
+
+    workspace: str  # the workspace path as seen inside the sandbox (fixed, e.g. /workspace)
+
+    def create(self, spec: SandboxSpec) -> None: ...
+
+    def exec(
+        self, cmd: list[str], timeout_s: float, env: dict[str, str] | None = None
+    ) -> ExecResult: ...
+
+    def put_file(self, path: str, content: bytes | str, mode: int = 0o644) -> None: ...
+
+    def get_file(self, path: str) -> bytes | None: ...
+
+    def destroy(self) -> None: ...
+
+    def proxy_host_port(self) -> str:
+        """``host:port`` at which commands in the sandbox reach the attempt's proxy."""
+        ...
+
+    def path_map(self) -> dict[str, str]:
+        """Sandbox paths (mount points such as ``/workspace`` or a harness's read-only mounts)
+        -> the path commands actually see them at, for backends that cannot present the fixed
+        layout (an unisolated local process). Empty when every sandbox path is real."""
+        ...

@@ -1,0 +1,159 @@
+"""Internal records shared across OpenForge.
+
+Wire types (what clients send over HTTP) are pydantic models in ``serve/protocol``; these are the
+plain dataclasses the rest of the system passes around. Every protocol is normalised into a
+:class:`ChatRequest` (OpenAI chat-style messages and function tools) before it reaches the
+Policy, and every Policy answer is a :class:`Completion` carrying the exact token ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Protocol_ = Literal["chat", "responses", "anthropic"]
+
+
+@dataclass
+class ToolCall:
+    """One tool call emitted by the model. ``arguments`` is the JSON text the model produced."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass
+class Message:
+    """A chat message in OpenAI chat-completions form.
+
+    ``role`` is system, user, assistant or tool. Assistant messages may carry ``tool_calls``;
+    tool messages carry the ``tool_call_id`` they answer and optionally the tool ``name``.
+    """
+
+    role: str
+    content: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+@dataclass
+class Tool:
+    """A function tool: a name, a description and a JSON schema for its arguments.
+
+    ``kind`` remembers where the tool came from so a protocol can map a call back to the
+    client's own tool type (``function``, or Codex's ``custom`` free-text tools).
+    """
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+    kind: str = "function"
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 256
+    stop: list[str] = field(default_factory=list)
+    seed: int | None = None
+
+
+@dataclass
+class ChatRequest:
+    """A protocol-independent generation request, as the Policy receives it.
+
+    ``script`` is only read by the ``scripted`` engine (a test double for the model): the
+    reference solution of the task the attempt is playing, set by the HarnessPod.
+    """
+
+    messages: list[Message]
+    tools: list[Tool] = field(default_factory=list)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    model: str = ""
+    script: dict[str, Any] | None = None
+
+
+@dataclass
+class Completion:
+    """What the Policy returns for one request: token ids in and out, and what they mean."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    text: str
+    content: str
+    tool_calls: list[ToolCall]
+    finish_reason: str  # "stop" | "length" | "tool_calls"
+    policy_version: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Turn:
+    """One recorded model call of an attempt, token for token."""
+
+    episode_id: str
+    attempt: int
+    index: int
+    protocol: str
+    request: dict[str, Any]
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    text: str
+    tool_calls: list[dict[str, Any]]
+    finish_reason: str
+    policy_version: int
+    latency_s: float
+    started_at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Segment:
+    """Turns merged by exact token prefix into one training sequence.
+
+    ``tokens`` is the whole sequence; ``loss_mask[i]`` is 1 only where token ``i`` was sampled by
+    the policy; ``logprobs[i]`` is the sampling logprob there (0.0 elsewhere).
+    """
+
+    tokens: list[int]
+    loss_mask: list[int]
+    logprobs: list[float]
+    turn_indices: list[int]
+    policy_versions: list[int]
+    prompt_len: int  # length of the first prompt, before any sampled token
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Episode:
+    """One finished attempt: what happened, its turns and segments, and its reward."""
+
+    episode_id: str
+    task_id: str
+    attempt: int
+    harness: str
+    reward: float
+    status: str  # "ok" or "failed"
+    failure: str | None = None  # reason when status == "failed"
+    final_answer: str | None = None
+    turns: list[Turn] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
+    reset_reasons: dict[str, int] = field(default_factory=dict)
+    verifier_detail: str = ""
+    duration_s: float = 0.0
+    harness_exit_code: int | None = None
+    harness_log: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

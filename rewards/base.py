@@ -1,0 +1,23 @@
+"""The Verifier interface: turns the state a harness left behind into a reward."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from forge.sandboxes.base import Sandbox
+
+
+@dataclass
+class Verdict:
+    reward: float  # 1.0 right, 0.0 wrong (partial credit only where a verifier says so)
+    detail: str = ""
+
+
+class Verifier(Protocol):
+    """Built from the ``verifier`` mapping of a task (``type`` picks the class)."""
+
+    def verify(self, sandbox: Sandbox, final_answer: str | None) -> Verdict: ...
+
+
+VerifierSpec = dict[str, Any]

@@ -1,0 +1,1 @@
+"""Serving: the Policy deployment, engines, wire protocols and the shared HTTP app."""

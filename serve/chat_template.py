@@ -1,0 +1,126 @@
+"""ChatML rendering with Hermes-style tools, and the parser for the model's tool calls.
+
+Every built-in model speaks ChatML (``<|im_start|>role ... <|im_end|>``); tools are described in
+the system turn and called as ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, the
+format Qwen and Hermes models use. An assistant message from history is rendered exactly as the
+model wrote it (content, then one block per call with compact canonical JSON), so the next
+prompt extends the previous prompt plus completion token for token whenever the harness sends
+the history back unchanged (DESIGN.md decision 3).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any
+
+from forge.types import Message, Tool, ToolCall
+
+TOOLS_PREAMBLE = (
+    "\n\n# Tools\n\nYou can call functions to help with the task. Their signatures are listed "
+    "inside <tools></tools>:\n<tools>\n{tools}\n</tools>\n\n"
+    "To call a function, answer with one JSON object per call, each inside "
+    "<tool_call></tool_call> tags:\n"
+    '<tool_call>\n{{"name": "<function name>", "arguments": {{<arguments as a JSON object>}}}}'
+    "\n</tool_call>"
+)
+DEFAULT_SYSTEM = "You are a helpful assistant."
+_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+
+
+def tool_json(tool: Tool) -> str:
+    spec = {"name": tool.name, "description": tool.description, "parameters": tool.parameters}
+    return json.dumps({"type": "function", "function": spec}, ensure_ascii=False)
+
+
+def call_json(call: ToolCall) -> str:
+    """Canonical text of one call, as the template renders it and the scripted engine emits it."""
+    try:
+        args: Any = json.loads(call.arguments) if call.arguments else {}
+    except json.JSONDecodeError:
+        args = call.arguments
+    return json.dumps({"name": call.name, "arguments": args}, ensure_ascii=False)
+
+
+def render_assistant(content: str, tool_calls: list[ToolCall]) -> str:
+    parts = [content] if content else []
+    parts += [f"<tool_call>\n{call_json(c)}\n</tool_call>" for c in tool_calls]
+    return "\n".join(parts)
+
+
+def render(messages: list[Message], tools: list[Tool], add_generation_prompt: bool = True) -> str:
+    """The prompt text for ``messages`` and ``tools``; tokenize it with special tokens parsed."""
+    msgs = list(messages)
+    system = DEFAULT_SYSTEM
+    if msgs and msgs[0].role == "system":
+        system = msgs.pop(0).content
+    if tools:
+        system += TOOLS_PREAMBLE.format(tools="\n".join(tool_json(t) for t in tools))
+    out = [f"<|im_start|>system\n{system}<|im_end|>\n"]
+    i = 0
+    while i < len(msgs):
+        m = msgs[i]
+        if m.role == "tool":
+            # Consecutive tool results share one user turn, as in Qwen's template.
+            blocks = []
+            while i < len(msgs) and msgs[i].role == "tool":
+                blocks.append(f"<tool_response>\n{msgs[i].content}\n</tool_response>")
+                i += 1
+            out.append("<|im_start|>user\n" + "\n".join(blocks) + "<|im_end|>\n")
+            continue
+        if m.role == "assistant":
+            body = render_assistant(m.content, m.tool_calls)
+        else:
+            body = m.content
+        role = "system" if m.role == "system" else m.role
+        out.append(f"<|im_start|>{role}\n{body}<|im_end|>\n")
+        i += 1
+    if add_generation_prompt:
+        out.append("<|im_start|>assistant\n")
+    return "".join(out)
+
+
+def new_call_id() -> str:
+    return "call_" + uuid.uuid4().hex[:24]
+
+
+def parse_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
+    """Split a completion into plain content and tool calls.
+
+    A block becomes a call only when it holds a JSON object with a string ``name`` and an object
+    (or JSON-object string) ``arguments``; anything malformed stays in the content untouched.
+    """
+    calls: list[ToolCall] = []
+    kept: list[str] = []
+    pos = 0
+    for match in _CALL_RE.finditer(text):
+        call = _parse_one(match.group(1))
+        if call is None:
+            continue
+        kept.append(text[pos : match.start()])
+        pos = match.end()
+        calls.append(call)
+    kept.append(text[pos:])
+    content = "".join(kept).strip() if calls else text
+    return content, calls
+
+
+def _parse_one(body: str) -> ToolCall | None:
+    try:
+        obj = json.loads(body)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
+        return None
+    args = obj.get("arguments", obj.get("parameters", {}))
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError:
+            return None
+    if not isinstance(args, dict):
+        return None
+    return ToolCall(
+        id=new_call_id(), name=obj["name"], arguments=json.dumps(args, ensure_ascii=False)
+    )

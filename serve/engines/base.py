@@ -1,0 +1,42 @@
+"""The Engine interface: token ids in, token ids and logprobs out, weights swappable."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from forge.types import ChatRequest, SamplingParams
+
+
+@dataclass
+class EngineRequest:
+    """One generation: the rendered prompt's token ids and how to sample.
+
+    ``chat`` is the request the prompt was rendered from; only the ``scripted`` test double reads
+    it (a real model sees nothing but ``prompt_ids``).
+    """
+
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    chat: ChatRequest | None = None
+
+
+@dataclass
+class EngineOutput:
+    completion_ids: list[int]  # sampled ids, including the end-of-turn token when one was sampled
+    logprobs: list[float]  # the model's logprob of each sampled id (raw, before temperature)
+    finish_reason: str  # "stop" or "length"
+
+
+class Engine(Protocol):
+    """Generates batches of requests; requests passed together are batched by the engine."""
+
+    tokenizer: Any
+
+    async def generate(self, requests: list[EngineRequest]) -> list[EngineOutput]: ...
+
+    def load_weights(self, state_dict: dict[str, Any]) -> None:
+        """Replace the model's weights; called only between batches."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]: ...

@@ -1,0 +1,136 @@
+"""A small torch engine: a Hugging Face causal LM on CPU or one GPU, batched, token in/token out.
+
+Requests that arrive together are left-padded into one batch and decoded step by step with the
+model's KV cache. Each row samples with its own temperature, top_p, seed and stop strings;
+logprobs are the model's raw log-softmax at the sampled token (what the trainer recomputes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import torch
+
+from serve.engines.base import EngineOutput, EngineRequest
+from serve.models import load_model
+
+
+class TorchEngine:
+    def __init__(
+        self,
+        model: str = "tiny",
+        device: str = "cpu",
+        dtype: str = "float32",
+        seed: int = 0,
+        max_context: int = 8192,
+        num_threads: int | None = None,
+    ) -> None:
+        if num_threads:
+            torch.set_num_threads(num_threads)
+        self.model, self.tokenizer = load_model(model, seed=seed, dtype=dtype)
+        self.device = torch.device(device)
+        self.model.to(self.device)
+        self.max_context = max_context
+        self.eos_ids = {self.tokenizer.eos_token_id}
+        self._lock = threading.Lock()  # one batch or one weight load at a time
+
+    async def generate(self, requests: list[EngineRequest]) -> list[EngineOutput]:
+        return await asyncio.to_thread(self.generate_sync, requests)
+
+    def load_weights(self, state_dict: dict[str, Any]) -> None:
+        with self._lock:
+            self.model.load_state_dict(state_dict, strict=True)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+
+    @torch.inference_mode()
+    def generate_sync(self, requests: list[EngineRequest]) -> list[EngineOutput]:
+        with self._lock:
+            return self._generate(requests)
+
+    def _generate(self, requests: list[EngineRequest]) -> list[EngineOutput]:
+        n = len(requests)
+        for r in requests:
+            if not r.prompt_ids:
+                raise ValueError("prompt_ids: empty prompt")
+            if len(r.prompt_ids) + r.sampling.max_tokens > self.max_context:
+                raise ValueError(
+                    f"prompt of {len(r.prompt_ids)} tokens plus max_tokens "
+                    f"{r.sampling.max_tokens} exceeds the context of {self.max_context}"
+                )
+        width = max(len(r.prompt_ids) for r in requests)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.full((n, width), pad, dtype=torch.long)
+        mask = torch.zeros((n, width), dtype=torch.long)
+        for i, r in enumerate(requests):
+            ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
+            mask[i, width - len(r.prompt_ids) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        gens = [_generator(r.sampling.seed) for r in requests]
+        out_ids: list[list[int]] = [[] for _ in requests]
+        out_lp: list[list[float]] = [[] for _ in requests]
+        finish = ["length"] * n
+        done = [False] * n
+        steps = max(r.sampling.max_tokens for r in requests)
+        past = None
+        step_ids = ids
+        for _ in range(steps):
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.shape[1] :]
+            out = self.model(
+                input_ids=step_ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=past,
+                use_cache=True,
+            )
+            past = out.past_key_values
+            logits = out.logits[:, -1, :].float()
+            logp = torch.log_softmax(logits, dim=-1)
+            nxt = torch.full((n,), pad, dtype=torch.long)
+            for i, r in enumerate(requests):
+                if done[i]:
+                    continue
+                tok = _sample(logits[i], r.sampling.temperature, r.sampling.top_p, gens[i])
+                nxt[i] = tok
+                out_ids[i].append(tok)
+                out_lp[i].append(float(logp[i, tok]))
+                if tok in self.eos_ids or (
+                    r.sampling.stop and self._hit_stop(out_ids[i], r.sampling.stop)
+                ):
+                    done[i], finish[i] = True, "stop"
+                elif len(out_ids[i]) >= r.sampling.max_tokens:
+                    done[i] = True
+            if all(done):
+                break
+            step_ids = nxt.unsqueeze(1).to(self.device)
+            alive = torch.tensor([0 if d else 1 for d in done], dtype=torch.long)
+            mask = torch.cat([mask, alive.unsqueeze(1).to(self.device)], dim=1)
+        return [EngineOutput(out_ids[i], out_lp[i], finish[i]) for i in range(n)]
+
+    def _hit_stop(self, ids: list[int], stops: list[str]) -> bool:
+        tail = self.tokenizer.decode(ids[-32:], skip_special_tokens=True)
+        return any(s and s in tail for s in stops)
+
+
+def _generator(seed: int | None) -> torch.Generator | None:
+    if seed is None:
+        return None
+    g = torch.Generator()
+    g.manual_seed(seed)
+    return g
+
+
+def _sample(logits: torch.Tensor, temperature: float, top_p: float, gen: Any) -> int:
+    if temperature <= 0:
+        return int(torch.argmax(logits))
+    probs = torch.softmax(logits.cpu() / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_p, order = torch.sort(probs, descending=True)
+        keep = sorted_p.cumsum(-1) - sorted_p < top_p
+        keep[0] = True
+        probs = torch.zeros_like(probs).scatter_(0, order[keep], sorted_p[keep])
+        probs = probs / probs.sum()
+    return int(torch.multinomial(probs, 1, generator=gen))

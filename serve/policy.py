@@ -1,0 +1,142 @@
+"""The Policy: a Ray Serve deployment around an engine.
+
+Proxies call :meth:`Policy.generate` through a Serve handle with a protocol-independent
+:class:`~forge.types.ChatRequest`. The Policy renders the prompt with the model's chat template,
+batches concurrent requests into one engine call, parses tool calls and returns
+a :class:`~forge.types.Completion` with the exact prompt and completion token ids, logprobs and
+the policy version.
+
+Weight swaps are atomic: a batch runs under a lock, and :meth:`update_weights` takes the same
+lock, so in-flight requests finish on the old weights, queued ones wait and run on the new ones,
+and a completion's version always names the weights that produced it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from ray import serve
+
+from forge.config import PolicyConfig
+from forge.types import ChatRequest, Completion
+from serve.batching import MicroBatcher
+from serve.chat_template import parse_tool_calls, render
+from serve.engines import EngineOutput, EngineRequest, make_engine
+
+
+class Policy:
+    def __init__(self, config: PolicyConfig | dict[str, Any]) -> None:
+        self.config = PolicyConfig.model_validate(config)
+        options = self.config.engine.model_dump(exclude={"name"})
+        if self.config.engine.name != "scripted":
+            options.pop("mode")
+        else:
+            options = {"model": options["model"], "mode": options["mode"]}
+        self.engine = make_engine(self.config.engine.name, **options)
+        self.tokenizer = self.engine.tokenizer
+        self.version = 0
+        self._swap = asyncio.Lock()
+        self._batcher = MicroBatcher(
+            self._generate_batch, self.config.max_batch_size, self.config.batch_wait_ms / 1000
+        )
+        self.stats = {"requests": 0, "batches": 0, "completion_tokens": 0}
+
+    def model_name(self) -> str:
+        return self.config.engine.model
+
+    def tokenize_prompt(self, chat: ChatRequest) -> list[int]:
+        text = render(chat.messages, chat.tools)
+        return self.tokenizer(text, add_special_tokens=False).input_ids
+
+    async def generate(self, chat: ChatRequest) -> Completion:
+        if chat.sampling.max_tokens <= 0:
+            chat.sampling.max_tokens = self.config.default_max_tokens
+        prompt_ids = self.tokenize_prompt(chat)
+        out, version = await self._batcher.submit(EngineRequest(prompt_ids, chat.sampling, chat))
+        text = self.tokenizer.decode(out.completion_ids, skip_special_tokens=True)
+        content, calls = parse_tool_calls(text) if chat.tools else (text, [])
+        finish = "tool_calls" if calls and out.finish_reason == "stop" else out.finish_reason
+        self.stats["requests"] += 1
+        self.stats["completion_tokens"] += len(out.completion_ids)
+        return Completion(
+            prompt_ids=prompt_ids,
+            completion_ids=out.completion_ids,
+            logprobs=out.logprobs,
+            text=text,
+            content=content,
+            tool_calls=calls,
+            finish_reason=finish,
+            policy_version=version,
+        )
+
+    async def _generate_batch(
+        self, requests: list[EngineRequest]
+    ) -> list[tuple[EngineOutput, int]]:
+        async with self._swap:
+            outputs = await self.engine.generate(requests)
+            version = self.version
+        self.stats["batches"] += 1
+        return [(o, version) for o in outputs]
+
+    async def update_weights(self, state_dict: Any, version: int) -> float:
+        """Swap in new weights between batches; returns the seconds the swap took.
+
+        ``state_dict`` may be an ``ObjectRef`` (the object-store WeightSync) or a dict.
+        """
+        import ray
+
+        if isinstance(state_dict, ray.ObjectRef):
+            state_dict = await state_dict
+        start = time.perf_counter()
+        async with self._swap:
+            await asyncio.to_thread(self.engine.load_weights, state_dict)
+            self.version = version
+        return time.perf_counter() - start
+
+    def get_version(self) -> int:
+        return self.version
+
+    def get_stats(self) -> dict[str, Any]:
+        return {**self.stats, "version": self.version}
+
+
+def policy_app(config: PolicyConfig) -> Any:
+    """The Serve application for ``config``: ``serve.run(policy_app(cfg), name="policy")``."""
+    deployment = serve.deployment(Policy).options(
+        name="Policy",
+        num_replicas=config.replicas,
+        max_ongoing_requests=config.max_ongoing_requests,
+        ray_actor_options={"num_cpus": config.num_cpus, "num_gpus": config.num_gpus},
+    )
+    return deployment.bind(config.model_dump())
+
+
+def deploy_policy(config: PolicyConfig, app_name: str = "policy") -> Any:
+    """Deploy the Policy on the connected Ray cluster (no HTTP ingress) and return its handle."""
+    serve.start(proxy_location="Disabled")
+    return serve.run(policy_app(config), name=app_name, route_prefix=None)
+
+
+class LocalHandle:
+    """Calls a Policy in this process with a Serve handle's shape (``h.generate.remote(x)``),
+    for unit tests and tools that run without Ray."""
+
+    def __init__(self, policy: Policy) -> None:
+        self._policy = policy
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._policy, name)
+
+        class _Method:
+            @staticmethod
+            def remote(*args: Any, **kwargs: Any) -> Any:
+                result = method(*args, **kwargs)
+                if asyncio.iscoroutine(result):
+                    return asyncio.ensure_future(result)
+                fut = asyncio.get_event_loop().create_future()
+                fut.set_result(result)
+                return fut
+
+        return _Method
