@@ -96,7 +96,7 @@ def finish_call(tools: list[Tool], answer: str, call_id: str) -> ToolCall | None
 def next_action(chat: ChatRequest, mode: str = "oracle") -> str:
     """The completion text for this point of the conversation."""
     script = chat.script or {}
-    steps = list(script.get("solution") or [])
+    steps = list(script.get("steps") or [])
     answer = script.get("answer") or "Done."
     if mode == "noop" or chat.script is None:
         return NOOP_ANSWER

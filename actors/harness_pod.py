@@ -1,0 +1,252 @@
+"""HarnessPod: one sandbox's owner and its recording proxy.
+
+A plain class; wrap it with ``ray.remote(HarnessPod)`` where it is created (it is an async
+actor: its event loop serves the proxy while a harness runs in a worker thread).
+
+The proxy serves OpenAI chat completions, the Responses API and Anthropic messages under one
+base URL per attempt, ``/episodes/{episode_id}/attempts/{attempt}/v1``, with a per-attempt
+bearer key (DESIGN.md decision 1). Another attempt's key gets 401, an unknown attempt 404, an
+ended attempt 410. Every call is forwarded to the Policy through its Serve handle and recorded as
+a :class:`~forge.types.Turn`, token for token. It listens on 127.0.0.1 and on a Unix socket that
+isolated sandboxes reach through their bridge (decision 8).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import socket
+import tempfile
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from starlette.requests import Request
+
+from forge.config import ProxyConfig, SandboxConfig
+from forge.episode import run_attempt
+from forge.types import ChatRequest, Completion, Episode, Turn
+from serve.http_app import build_app, protocol_routes, request_api_key
+from serve.protocol.common import ProtocolError, WireOptions
+
+log = logging.getLogger(__name__)
+ATTEMPT_PREFIX = "/episodes/{episode_id}/attempts/{attempt:int}"
+ENDED_MEMORY = 10_000  # ended attempts remembered for 410 answers
+
+
+@dataclass
+class AttemptState:
+    episode_id: str
+    attempt: int
+    key: str
+    script: dict[str, Any] | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    turns: list[Turn] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    rejected: dict[str, int] = field(default_factory=dict)
+
+
+class HarnessPod:
+    def __init__(
+        self,
+        policy: Any,
+        pod_id: str = "pod-0",
+        run: str = "default",
+        model: str = "tiny",
+        proxy: ProxyConfig | dict[str, Any] | None = None,
+        sandbox: SandboxConfig | dict[str, Any] | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
+        self.policy = policy
+        self.pod_id = pod_id
+        self.run = run
+        self.model = model
+        self.proxy_config = ProxyConfig.model_validate(proxy or {})
+        self.sandbox_config = SandboxConfig.model_validate(sandbox or {})
+        self.host = host
+        self.port: int | None = None
+        self.socket_path: str | None = None
+        self._attempts: dict[tuple[str, int], AttemptState] = {}
+        self._ended: OrderedDict[tuple[str, int], None] = OrderedDict()
+        self._server: uvicorn.Server | None = None
+        self._serving: asyncio.Task[None] | None = None
+
+    # -- the proxy server -------------------------------------------------------------------
+
+    async def start(self, port: int = 0) -> str:
+        """Start serving on ``host:port`` (0 picks a free port) and on a private Unix socket."""
+        if self._server is not None:
+            return self.address()
+        routes = protocol_routes(ATTEMPT_PREFIX, self, self.proxy_config.max_body_bytes)
+        app = build_app(routes)
+        tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        tcp.bind((self.host, port))
+        self.port = tcp.getsockname()[1]
+        sock_dir = tempfile.mkdtemp(prefix="forge-pod-")
+        self.socket_path = os.path.join(sock_dir, "proxy.sock")
+        uds = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        uds.bind(self.socket_path)
+        os.chmod(self.socket_path, 0o666)
+        config = uvicorn.Config(
+            app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=30
+        )
+        self._server = uvicorn.Server(config)
+        self._serving = asyncio.create_task(self._server.serve(sockets=[tcp, uds]))
+        while not self._server.started:
+            if self._serving.done():
+                self._serving.result()
+            await asyncio.sleep(0.01)
+        log.info("pod %s proxy on %s and %s", self.pod_id, self.address(), self.socket_path)
+        return self.address()
+
+    def address(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+            if self._serving is not None:
+                await self._serving
+            self._server = None
+        if self.socket_path:
+            for p in (self.socket_path, os.path.dirname(self.socket_path)):
+                try:
+                    os.remove(p) if p == self.socket_path else os.rmdir(p)
+                except OSError:
+                    pass
+
+    def ready(self) -> str:
+        return self.pod_id
+
+    # -- attempts -----------------------------------------------------------------------------
+
+    def open_attempt(
+        self,
+        episode_id: str,
+        attempt: int,
+        script: dict[str, Any] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> dict[str, str]:
+        """Register an attempt; returns its base URL path, full URL and bearer key."""
+        ident = (episode_id, attempt)
+        if ident in self._attempts or ident in self._ended:
+            raise ValueError(f"attempt {attempt} of episode {episode_id} already exists")
+        key = "forge-" + secrets.token_urlsafe(24)
+        self._attempts[ident] = AttemptState(
+            episode_id, attempt, key, script, max_tokens, temperature
+        )
+        path = f"/episodes/{episode_id}/attempts/{attempt}"
+        return {"path": path, "base_url": f"{self.address()}{path}/v1", "api_key": key}
+
+    def close_attempt(self, episode_id: str, attempt: int) -> AttemptState:
+        """End an attempt: later calls with its URL get 410. Returns what was recorded."""
+        ident = (episode_id, attempt)
+        state = self._attempts.pop(ident)
+        self._ended[ident] = None
+        while len(self._ended) > ENDED_MEMORY:
+            self._ended.popitem(last=False)
+        return state
+
+    def turns(self, episode_id: str, attempt: int) -> list[Turn]:
+        return list(self._attempts[(episode_id, attempt)].turns)
+
+    # -- Backend (serve.http_app) -------------------------------------------------------------
+
+    async def authorize(self, request: Request) -> AttemptState:
+        ident = (request.path_params["episode_id"], request.path_params["attempt"])
+        state = self._attempts.get(ident)
+        if state is None:
+            if ident in self._ended:
+                raise ProtocolError(410, f"attempt {ident[1]} of episode {ident[0]} has ended")
+            raise ProtocolError(404, f"no attempt {ident[1]} of episode {ident[0]} on this proxy")
+        key = request_api_key(request)
+        if key is None or not secrets.compare_digest(key, state.key):
+            raise ProtocolError(401, "invalid API key for this attempt", error_type="auth_error")
+        return state
+
+    async def models(self, ctx: AttemptState) -> list[str]:
+        return [self.model]
+
+    async def generate(
+        self, ctx: AttemptState, chat: ChatRequest, opts: WireOptions, raw_body: dict[str, Any]
+    ) -> Completion:
+        state = ctx
+        if len(state.turns) >= self.proxy_config.max_turns_per_attempt:
+            state.rejected["turn_limit"] = state.rejected.get("turn_limit", 0) + 1
+            raise ProtocolError(
+                429, f"turn limit of {self.proxy_config.max_turns_per_attempt} calls reached"
+            )
+        if chat.model and chat.model != self.model:
+            raise ProtocolError(
+                404, f"model: unknown model {chat.model!r}; this proxy serves {self.model!r}",
+                "model",
+            )
+        if state.max_tokens is not None and (
+            not opts.max_tokens_set or chat.sampling.max_tokens > state.max_tokens
+        ):
+            chat.sampling.max_tokens = state.max_tokens
+        if state.temperature is not None:
+            chat.sampling.temperature = state.temperature
+        chat.script = state.script
+        started, t0 = time.time(), time.perf_counter()
+        try:
+            completion: Completion = await self.policy.generate.remote(chat)
+        except Exception as e:
+            state.errors.append(f"{type(e).__name__}: {e}")
+            raise ProtocolError(502, f"policy error: {type(e).__name__}: {e}") from e
+        if (state.episode_id, state.attempt) not in self._attempts:
+            raise ProtocolError(410, "attempt ended while the call was in flight")
+        state.turns.append(
+            Turn(
+                episode_id=state.episode_id,
+                attempt=state.attempt,
+                index=len(state.turns),
+                protocol=opts.protocol,
+                request=raw_body,
+                prompt_ids=completion.prompt_ids,
+                completion_ids=completion.completion_ids,
+                logprobs=completion.logprobs,
+                text=completion.text,
+                tool_calls=[
+                    {"id": c.id, "name": c.name, "arguments": c.arguments}
+                    for c in completion.tool_calls
+                ],
+                finish_reason=completion.finish_reason,
+                policy_version=completion.policy_version,
+                latency_s=time.perf_counter() - t0,
+                started_at=started,
+            )
+        )
+        return completion
+
+    # -- episodes -----------------------------------------------------------------------------
+
+    async def run_episode(
+        self,
+        task: Any,
+        harness: str = "react",
+        attempt: int = 0,
+        episode_id: str | None = None,
+        harness_options: dict[str, Any] | None = None,
+        temperature: float | None = None,
+    ) -> Episode:
+        """Play one attempt of ``task`` with ``harness`` in a fresh sandbox; return the Episode."""
+        if self._server is None:
+            await self.start()
+        return await run_attempt(
+            self,
+            task,
+            harness,
+            attempt=attempt,
+            episode_id=episode_id or uuid.uuid4().hex[:16],
+            harness_options=harness_options or {},
+            temperature=temperature,
+        )

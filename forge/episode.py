@@ -1,0 +1,131 @@
+"""One attempt of one task in one harness, start to finish: the body of ``HarnessPod.run_episode``.
+
+create sandbox -> seed workspace -> open the attempt on the proxy -> run the harness command ->
+close the attempt -> verify -> assemble segments -> destroy sandbox. Failures (sandbox error,
+harness crash, timeout, proxy error, turn limit) mark the episode failed with a reason; they are
+never a reward of 0 (DESIGN.md decision 5). A wrong answer is reward 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from forge.harnesses import AttemptContext, get_harness
+from forge.sandboxes import make_sandbox
+from forge.sandboxes.base import ExecResult, SandboxSpec
+from forge.trajectory import assemble
+from forge.types import Episode
+from rewards import verify
+from tasks.schema import Task
+
+if TYPE_CHECKING:
+    from actors.harness_pod import HarnessPod
+
+log = logging.getLogger(__name__)
+LOG_TAIL = 4000  # characters of harness output kept on the episode
+SANDBOX_SLACK_S = 60.0  # the sandbox outlives the harness timeout by this much (verification)
+
+
+def failure_reason(result: ExecResult | None, proxy_errors: list[str], rejected: dict) -> str | None:
+    if result is None:
+        return "sandbox_error"
+    if result.timed_out:
+        return "timeout"
+    if proxy_errors:
+        return "proxy_error"
+    if rejected.get("turn_limit"):
+        return "turn_limit"
+    if result.exit_code != 0:
+        return "harness_crash"
+    return None
+
+
+async def run_attempt(
+    pod: HarnessPod,
+    task: Task | dict[str, Any],
+    harness_name: str,
+    attempt: int,
+    episode_id: str,
+    harness_options: dict[str, Any],
+    temperature: float | None = None,
+) -> Episode:
+    task = Task.model_validate(task) if isinstance(task, dict) else task
+    harness = get_harness(harness_name, **harness_options)
+    start = time.perf_counter()
+    labels = {"run": pod.run, "pod": pod.pod_id, "episode": episode_id, "attempt": str(attempt)}
+    spec = SandboxSpec(
+        labels=labels,
+        deadline_s=task.limits.timeout_s + SANDBOX_SLACK_S,
+        ro_mounts=harness.ro_mounts(),
+        proxy_socket=pod.socket_path if pod.sandbox_config.isolate_network else None,
+        proxy_tcp=f"{pod.host}:{pod.port}",
+    )
+    sandbox = make_sandbox(pod.sandbox_config.backend, root=pod.sandbox_config.root)
+    info = pod.open_attempt(
+        episode_id,
+        attempt,
+        script=task.reference_script(),
+        max_tokens=task.limits.max_tokens_per_turn,
+        temperature=temperature,
+    )
+    result: ExecResult | None = None
+    answer: str | None = None
+    reward, detail, error = 0.0, "", ""
+    try:
+        await asyncio.to_thread(sandbox.create, spec)
+        for path, content in task.files.items():
+            sandbox.put_file(path, content)
+        base = f"http://{sandbox.proxy_host_port()}{info['path']}"
+        ctx = AttemptContext(
+            base_url=f"{base}/v1",
+            anthropic_base_url=base,
+            api_key=info["api_key"],
+            model=pod.model,
+            instruction=task.instruction,
+            workspace=sandbox.workspace,
+            max_turns=task.limits.max_turns,
+            paths=sandbox.path_map(),
+        )
+        for path, content in harness.files(ctx).items():
+            sandbox.put_file(path, content)
+        result = await asyncio.to_thread(
+            sandbox.exec, harness.command(ctx), task.limits.timeout_s, harness.env(ctx)
+        )
+        answer = harness.final_answer(result)
+    except Exception as e:  # the sandbox itself failed: a failed attempt, not a wrong answer
+        log.exception("attempt %s/%s of %s: sandbox error", episode_id, attempt, task.id)
+        error = f"{type(e).__name__}: {e}"
+    state = pod.close_attempt(episode_id, attempt)
+    failure = failure_reason(result, state.errors, state.rejected)
+    try:
+        if failure is None:
+            verdict = await asyncio.to_thread(verify, task.verifier, sandbox, answer)
+            reward, detail = verdict.reward, verdict.detail
+    except Exception as e:
+        failure, error = "verifier_error", f"{type(e).__name__}: {e}"
+    finally:
+        await asyncio.to_thread(sandbox.destroy)
+    segments, resets = assemble(state.turns)
+    log_text = error or (result.stderr[-LOG_TAIL:] if result else "")
+    if state.errors:
+        log_text = "\n".join(state.errors[-5:]) + "\n" + log_text
+    return Episode(
+        episode_id=episode_id,
+        task_id=task.id,
+        attempt=attempt,
+        harness=harness.name,
+        reward=reward if failure is None else 0.0,
+        status="ok" if failure is None else "failed",
+        failure=failure,
+        final_answer=answer,
+        turns=state.turns,
+        segments=segments,
+        reset_reasons=resets,
+        verifier_detail=detail,
+        duration_s=time.perf_counter() - start,
+        harness_exit_code=result.exit_code if result else None,
+        harness_log=log_text,
+    )

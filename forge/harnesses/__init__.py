@@ -1,0 +1,23 @@
+"""Harness adapters by name: ``get_harness("react", temperature=1.0)``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from forge.harnesses.base import AttemptContext, Harness
+from forge.harnesses.react import ReactHarness
+
+HARNESSES: dict[str, type] = {"react": ReactHarness}
+
+
+def get_harness(name: str, **options: Any) -> Harness:
+    """A harness adapter; ``options`` go to its constructor."""
+    try:
+        cls = HARNESSES[name]
+    except KeyError:
+        known = ", ".join(sorted(HARNESSES))
+        raise ValueError(f"unknown harness {name!r}; known: {known}") from None
+    return cls(**options)
+
+
+__all__ = ["HARNESSES", "AttemptContext", "Harness", "ReactHarness", "get_harness"]

@@ -1,0 +1,89 @@
+"""ReactHarness: the plain ReAct loop of ``react_agent.py``, run by the sandbox's python3."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from forge.harnesses.base import AttemptContext
+from forge.sandboxes.base import ExecResult
+
+PROGRAM_HOST = str(Path(__file__).with_name("react_agent.py").resolve())
+PROGRAM = "/opt/forge/harness/react_agent.py"  # where the sandbox sees it
+
+
+class ReactHarness:
+    """Mounts ``react_agent.py`` read-only at :data:`PROGRAM` and runs it with the instruction.
+
+    The command names the program through ``ctx.path(PROGRAM)``: under isolation that is
+    :data:`PROGRAM` itself; where the sandbox runs commands on the host (``ctx.paths`` from
+    ``Sandbox.path_map()``) it is the host file. The base URL is ``ctx.base_url`` as is: the
+    pod builds it from ``Sandbox.proxy_host_port()``.
+    """
+
+    name = "react"
+    protocol = "chat"
+
+    def __init__(
+        self,
+        python: str = "python3",
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        tool_timeout_s: float | None = None,
+    ) -> None:
+        self.python = python
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.tool_timeout_s = tool_timeout_s
+
+    def ro_mounts(self) -> dict[str, str]:
+        return {PROGRAM_HOST: PROGRAM}
+
+    def files(self, ctx: AttemptContext) -> dict[str, str]:
+        return {}
+
+    def env(self, ctx: AttemptContext) -> dict[str, str]:
+        env = {
+            "OPENAI_BASE_URL": ctx.base_url,
+            "OPENAI_API_KEY": ctx.api_key,
+            "FORGE_MODEL": ctx.model,
+            "FORGE_MAX_TURNS": str(ctx.max_turns),
+            "PYTHONUNBUFFERED": "1",
+        }
+        if self.temperature is not None:
+            env["FORGE_TEMPERATURE"] = repr(self.temperature)
+        if self.max_tokens is not None:
+            env["FORGE_MAX_TOKENS"] = str(self.max_tokens)
+        if self.tool_timeout_s is not None:
+            env["FORGE_TOOL_TIMEOUT"] = repr(self.tool_timeout_s)
+        return env
+
+    def command(self, ctx: AttemptContext) -> list[str]:
+        return [self.python, ctx.path(PROGRAM), ctx.instruction]
+
+    def final_answer(self, result: ExecResult) -> str | None:
+        """``final_answer`` of the last JSON line on stdout (None when there is none)."""
+        for line in reversed(result.stdout.splitlines()):
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and "final_answer" in record:
+                answer = record["final_answer"]
+                return answer if isinstance(answer, str) else None
+        return None
+
+    @staticmethod
+    def summary(result: ExecResult) -> dict[str, object] | None:
+        """The agent's whole last JSON line (``final_answer``, ``turns``, ``stop``)."""
+        for line in reversed(result.stdout.splitlines()):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and "stop" in record:
+                return record
+        return None

@@ -1,0 +1,169 @@
+"""Byte relays between a TCP port and a Unix socket: the sandbox's one way out to its proxy.
+
+Standard library only: this file is mounted read-only into sandboxes and run there as a program,
+
+    python3 bridge.py 127.0.0.1:PORT /run/forge/proxy.sock -- COMMAND [ARGS...]
+
+which listens on ``127.0.0.1:PORT`` inside the sandbox's private network namespace, relays every
+connection to the Unix socket (bind-mounted from the host, where the attempt's proxy serves),
+runs COMMAND as its child, forwards SIGTERM/SIGINT/SIGHUP to it and exits with its exit code.
+
+The host side imports :class:`Relay` from here too (``forge.sandboxes.bridge``) to relay a Unix
+socket to a TCP proxy, or a loopback port to a Unix-socket proxy when no isolation is available.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+
+_CHUNK = 65536
+
+
+def _pump(src: socket.socket, dst: socket.socket) -> None:
+    """Copy ``src`` to ``dst`` until EOF, then half-close ``dst`` for writing."""
+    try:
+        while True:
+            data = src.recv(_CHUNK)
+            if not data:
+                break
+            dst.sendall(data)
+    except OSError:
+        # A reset on either side: tear the whole connection down so the other pump stops too.
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+        return
+    with contextlib.suppress(OSError):
+        dst.shutdown(socket.SHUT_WR)
+
+
+def _splice(client: socket.socket, connect: Callable[[], socket.socket]) -> None:
+    """Relay one accepted connection to a fresh upstream connection, both ways."""
+    try:
+        upstream = connect()
+    except OSError as e:
+        print(f"bridge: upstream connect failed: {e}", file=sys.stderr, flush=True)
+        client.close()
+        return
+    back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
+    back.start()
+    _pump(client, upstream)
+    back.join()
+    client.close()
+    upstream.close()
+
+
+def connect_unix(path: str) -> Callable[[], socket.socket]:
+    def connect() -> socket.socket:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(path)
+        except OSError:
+            s.close()
+            raise
+        return s
+
+    return connect
+
+
+def connect_tcp(host: str, port: int) -> Callable[[], socket.socket]:
+    def connect() -> socket.socket:
+        s = socket.create_connection((host, port), timeout=30.0)
+        s.settimeout(None)  # model calls may take minutes: only the connect is bounded
+        return s
+
+    return connect
+
+
+def listen_tcp(host: str, port: int) -> socket.socket:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((host, port))
+    s.listen(128)
+    return s
+
+
+def listen_unix(path: str) -> socket.socket:
+    if os.path.exists(path):
+        os.unlink(path)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(path)
+    s.listen(128)
+    return s
+
+
+def split_host_port(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return host or "127.0.0.1", int(port)
+
+
+class Relay:
+    """Accepts on ``listener`` (already bound and listening) and relays each connection to a new
+    upstream socket from ``connect``, one thread per direction, until :meth:`close`."""
+
+    def __init__(self, listener: socket.socket, connect: Callable[[], socket.socket]) -> None:
+        self.listener = listener
+        self._connect = connect
+        self._closed = False
+        self._thread = threading.Thread(target=self._serve, name="forge-relay", daemon=True)
+        self._thread.start()
+
+    @property
+    def address(self) -> str:
+        """``host:port`` for a TCP listener, the path for a Unix one."""
+        addr = self.listener.getsockname()
+        return f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
+
+    def _serve(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                if self._closed:
+                    return
+                continue
+            threading.Thread(target=_splice, args=(client, self._connect), daemon=True).start()
+
+    def close(self) -> None:
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
+        self.listener.close()
+
+
+def run_bridged(listen: str, unix_path: str, cmd: list[str]) -> int:
+    """Listen on ``listen`` relaying to ``unix_path``, run ``cmd``, return its exit status."""
+    host, port = split_host_port(listen)
+    relay = Relay(listen_tcp(host, port), connect_unix(unix_path))
+    try:
+        child = subprocess.Popen(cmd)
+    except OSError as e:
+        print(f"bridge: cannot run {cmd[0]!r}: {e}", file=sys.stderr, flush=True)
+        return 127
+
+    def forward(signum: int, _frame: object) -> None:
+        child.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    rc = child.wait()
+    relay.close()
+    return 128 - rc if rc < 0 else rc
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 4 or argv[2] != "--":
+        print("usage: bridge.py HOST:PORT UNIX_SOCKET -- COMMAND [ARGS...]", file=sys.stderr)
+        return 2
+    return run_bridged(argv[0], argv[1], argv[3:])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,359 @@
+"""LocalSandbox: a host directory run under bubblewrap, or a plain process group without it.
+
+Layout on the host, one directory per sandbox under ``root``::
+
+    <root>/<run>-<pod>-<attempt>-<random>/
+        .forge-labels.json   labels, creator pid (and its start time), host, deadline
+        workspace/           /workspace inside the sandbox
+        home/                /home/agent inside (kept between execs of one sandbox)
+        proxy.sock           host-side relay to a TCP proxy, when one is needed
+
+Under bwrap every exec gets private user, pid, net, ipc and uts namespaces; it sees the system
+directories and the real Python read-only, its own workspace and home read-write, a private
+/tmp, and a network with only loopback. Its one way out is the attempt's proxy: the host Unix
+socket ``spec.proxy_socket`` is bound at ``/run/forge/proxy.sock`` and the command runs under
+``bridge.py``, which serves it on ``127.0.0.1:{spec.proxy_port}``. Without bwrap the command runs
+as a plain process group in the host workspace and shares the host network (both logged).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import posixpath
+import signal
+import socket
+import stat
+import subprocess
+import tempfile
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from forge.sandboxes import bridge
+from forge.sandboxes.base import ExecResult, SandboxSpec
+from forge.sandboxes.bwrap import (
+    HOME,
+    WORKSPACE,
+    bwrap_argv,
+    bwrap_works,
+    host_python,
+    sandbox_path_var,
+)
+from forge.sandboxes.orphans import (
+    LABELS_FILE,
+    default_root,
+    dir_name,
+    pid_start,
+    reap_orphans,
+    rmtree,
+)
+from forge.sandboxes.process import DEFAULT_OUTPUT_CAP, kill_group, run_in_group
+
+log = logging.getLogger(__name__)
+
+PROXY_SOCKET = "/run/forge/proxy.sock"  # the proxy socket as the sandbox sees it
+BRIDGE = "/opt/forge/bridge.py"  # the bridge program as the sandbox sees it
+_BRIDGE_HOST = str(Path(bridge.__file__).resolve())
+_warned: set[str] = set()
+__all__ = ["LocalSandbox", "SandboxExpired", "reap_orphans"]
+
+
+def _warn_once(key: str, msg: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        log.warning(msg)
+
+
+class SandboxExpired(RuntimeError):
+    """The sandbox's deadline has passed: it accepts no more commands."""
+
+
+@dataclass
+class _State:
+    """What cleanup needs; kept apart from the sandbox so ``weakref.finalize`` can hold it."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    dirs: list[Path] = field(default_factory=list)
+    procs: set[subprocess.Popen[bytes]] = field(default_factory=set)
+    relays: list[bridge.Relay] = field(default_factory=list)
+    destroyed: bool = False
+
+
+def _cleanup(state: _State) -> None:
+    with state.lock:
+        state.destroyed = True
+        procs = [p for p in state.procs if p.returncode is None]
+        relays, state.relays = state.relays, []
+    for p in procs:
+        kill_group(p.pid, signal.SIGKILL)
+    for r in relays:
+        r.close()
+    for d in state.dirs:
+        rmtree(d)
+
+
+class LocalSandbox:
+    """The Sandbox protocol on this machine; see the module docstring.
+
+    ``isolation``: ``"auto"`` uses bwrap when its probe passes, ``"bwrap"`` requires it,
+    ``"none"`` never uses it.
+    """
+
+    def __init__(
+        self,
+        root: str | Path | None = None,
+        isolation: Literal["auto", "bwrap", "none"] = "auto",
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        kill_grace_s: float = 2.0,
+    ) -> None:
+        self.root = Path(root) if root is not None else default_root()
+        if isolation == "none":
+            self.isolated = False
+        elif bwrap_works():
+            self.isolated = True
+        elif isolation == "bwrap":
+            raise RuntimeError("bubblewrap (bwrap) is required but missing or failed its probe")
+        else:
+            self.isolated = False
+            _warn_once("bwrap", "bubblewrap not available: running harness without isolation")
+        self.output_cap = output_cap
+        self.kill_grace_s = kill_grace_s
+        self.spec = SandboxSpec()
+        self.dir: Path | None = None
+        self.deadline = 0.0
+        self._socket: str | None = None  # host Unix socket bound at PROXY_SOCKET (isolated)
+        self._proxy_addr: str | None = None  # proxy host:port as commands see it
+        self._state = _State()
+        self._finalizer = weakref.finalize(self, _cleanup, self._state)
+
+    # -- layout ---------------------------------------------------------------------------
+
+    @property
+    def host_workspace(self) -> Path:
+        return self._require() / "workspace"
+
+    @property
+    def host_home(self) -> Path:
+        return self._require() / "home"
+
+    @property
+    def workspace(self) -> str:
+        """``/workspace`` under bwrap; the host workspace directory otherwise."""
+        return WORKSPACE if self.isolated else str(self.host_workspace)
+
+    def path_map(self) -> dict[str, str]:
+        if self.isolated:
+            return {}
+        mapping = {WORKSPACE: str(self.host_workspace), HOME: str(self.host_home)}
+        mapping.update({target: host for host, target in self.spec.ro_mounts.items()})
+        return mapping
+
+    def _require(self) -> Path:
+        if self.dir is None:
+            raise RuntimeError("sandbox not created")
+        if self._state.destroyed:
+            raise RuntimeError("sandbox destroyed")
+        return self.dir
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def create(self, spec: SandboxSpec) -> None:
+        if self.dir is not None:
+            raise RuntimeError("sandbox already created")
+        for host in spec.ro_mounts:
+            if not os.path.exists(host):
+                raise FileNotFoundError(f"read-only mount source does not exist: {host}")
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        d = Path(tempfile.mkdtemp(prefix=dir_name(spec.labels) + "-", dir=self.root))
+        self._state.dirs.append(d)
+        self.dir, self.spec = d, spec
+        self.deadline = time.time() + spec.deadline_s
+        pid = os.getpid()
+        record = {
+            "labels": spec.labels,
+            "pid": pid,
+            "pid_start": pid_start(pid),
+            "host": socket.gethostname(),
+            "created": time.time(),
+            "deadline": self.deadline,
+            "isolated": self.isolated,
+        }
+        tmp = d / (LABELS_FILE + ".tmp")
+        tmp.write_text(json.dumps(record, indent=1))
+        tmp.replace(d / LABELS_FILE)
+        for sub in ("workspace", "home") if self.isolated else ("workspace", "home", "tmp"):
+            (d / sub).mkdir()
+        self._setup_proxy(spec, d)
+
+    def _setup_proxy(self, spec: SandboxSpec, d: Path) -> None:
+        if self.isolated:
+            if spec.proxy_socket:
+                self._socket = spec.proxy_socket
+            elif spec.proxy_tcp:  # relay a private Unix socket to the TCP proxy
+                sock_dir = d
+                if len(str(d)) > 90:  # Unix socket paths are limited to ~108 bytes
+                    sock_dir = Path(tempfile.mkdtemp(prefix="forge-sock-"))
+                    self._state.dirs.append(sock_dir)
+                path = str(sock_dir / "proxy.sock")
+                host, port = bridge.split_host_port(spec.proxy_tcp)
+                relay = bridge.Relay(bridge.listen_unix(path), bridge.connect_tcp(host, port))
+                self._state.relays.append(relay)
+                self._socket = path
+            if self._socket:
+                self._proxy_addr = f"127.0.0.1:{spec.proxy_port}"
+            return
+        if spec.proxy_tcp:
+            self._proxy_addr = spec.proxy_tcp
+        elif spec.proxy_socket:  # serve the Unix-socket proxy on a host loopback port
+            listener = bridge.listen_tcp("127.0.0.1", 0)
+            relay = bridge.Relay(listener, bridge.connect_unix(spec.proxy_socket))
+            self._state.relays.append(relay)
+            self._proxy_addr = relay.address
+        if self._proxy_addr:
+            _warn_once(
+                "hostnet", "sandbox shares the host network: harness can reach any host port"
+            )
+
+    def proxy_host_port(self) -> str:
+        self._require()
+        if self._proxy_addr is None:
+            raise RuntimeError("sandbox has no proxy: set spec.proxy_socket or spec.proxy_tcp")
+        return self._proxy_addr
+
+    def destroy(self) -> None:
+        """Kill every process group this sandbox started and remove its directories."""
+        self._finalizer()
+
+    # -- exec -----------------------------------------------------------------------------
+
+    def _env(self, extra: dict[str, str] | None) -> dict[str, str]:
+        env = {
+            "PATH": sandbox_path_var(),
+            "HOME": HOME if self.isolated else str(self.host_home),
+            "TZ": "UTC",
+            "LANG": "C.UTF-8",
+        }
+        if not self.isolated:
+            env["TMPDIR"] = str(self._require() / "tmp")
+        env.update(self.spec.env)
+        env.update(extra or {})
+        return env
+
+    def exec(
+        self, cmd: list[str], timeout_s: float, env: dict[str, str] | None = None
+    ) -> ExecResult:
+        d = self._require()
+        remaining = self.deadline - time.time()
+        if remaining <= 0:
+            raise SandboxExpired(
+                f"sandbox {d.name} passed its deadline {-remaining:.1f}s ago; not running {cmd!r}"
+            )
+        if not cmd:
+            raise ValueError("empty command")
+        if self.isolated:
+            ro_mounts = dict(self.spec.ro_mounts)
+            binds: dict[str, str] = {}
+            if self._socket:
+                if not os.path.exists(self._socket):
+                    raise RuntimeError(f"proxy socket {self._socket} does not exist")
+                binds[self._socket] = PROXY_SOCKET
+                ro_mounts[_BRIDGE_HOST] = BRIDGE
+                listen = f"127.0.0.1:{self.spec.proxy_port}"
+                cmd = [host_python(), BRIDGE, listen, PROXY_SOCKET, "--", *cmd]
+            argv = bwrap_argv(
+                workspace=str(d / "workspace"),
+                home=str(d / "home"),
+                ro_mounts=ro_mounts,
+                binds=binds,
+            )
+            argv += cmd
+            cwd = str(d)
+        else:
+            argv, cwd = list(cmd), str(d / "workspace")
+        return run_in_group(
+            argv,
+            env=self._env(env),
+            cwd=cwd,
+            timeout_s=min(timeout_s, remaining),
+            output_cap=self.output_cap,
+            grace_s=self.kill_grace_s,
+            on_start=self._started,
+            on_end=self._ended,
+        )
+
+    def _started(self, proc: subprocess.Popen[bytes]) -> None:
+        with self._state.lock:
+            self._state.procs.add(proc)
+            destroyed = self._state.destroyed
+        if destroyed:
+            kill_group(proc.pid, signal.SIGKILL)
+
+    def _ended(self, proc: subprocess.Popen[bytes]) -> None:
+        with self._state.lock:
+            self._state.procs.discard(proc)
+
+    # -- files ----------------------------------------------------------------------------
+
+    def _roots(self) -> dict[str, Path]:
+        ws, home = self.host_workspace, self.host_home
+        roots = {WORKSPACE: ws, HOME: home}
+        if not self.isolated:
+            roots.update({str(ws): ws, str(home): home})
+        return roots
+
+    def resolve(self, path: str) -> Path:
+        """The host path of sandbox path ``path`` (relative: from the workspace), following
+        symlinks the way the sandbox would see them. ValueError when it leaves the workspace
+        and home (``..``, other absolute paths, symlinks pointing out)."""
+        roots = self._roots()
+        p = path if path.startswith("/") else f"{WORKSPACE}/{path}"
+        for _ in range(40):
+            p = posixpath.normpath(p)
+            hits = [r for r in roots if p == r or p.startswith(r + "/")]
+            if not hits:
+                raise ValueError(f"path {path!r} is outside the sandbox's workspace and home")
+            prefix = max(hits, key=len)
+            parts = [x for x in p[len(prefix) :].split("/") if x]
+            cur = roots[prefix]
+            for i, part in enumerate(parts):
+                nxt = cur / part
+                if nxt.is_symlink():
+                    here = posixpath.join(prefix, *parts[:i])
+                    p = posixpath.join(here, os.readlink(nxt), *parts[i + 1 :])
+                    break
+                cur = nxt
+            else:
+                return cur
+        raise ValueError(f"path {path!r}: too many levels of symbolic links")
+
+    def put_file(self, path: str, content: bytes | str, mode: int = 0o644) -> None:
+        host = self.resolve(path)
+        if host in self._roots().values():
+            raise ValueError(f"path {path!r} is a directory")
+        host.parent.mkdir(parents=True, exist_ok=True)
+        data = content.encode() if isinstance(content, str) else content
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(host, flags, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            os.fchmod(fd, mode)
+
+    def get_file(self, path: str) -> bytes | None:
+        """The file's bytes, or None when it does not exist or is not a regular file."""
+        host = self.resolve(path)
+        try:
+            fd = os.open(host, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as e:
+            raise ValueError(f"path {path!r} cannot be read safely: {e}") from e
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None
+        with os.fdopen(fd, "rb") as f:
+            return f.read()

@@ -1,0 +1,73 @@
+"""Answer checks: the final answer the harness gave equals a value or matches a regex."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field, field_validator
+
+from forge.sandboxes.base import Sandbox
+from rewards.base import Verdict
+from rewards.common import VerifierModel, check_flags, check_pattern, compile_pattern, short
+
+_WRAPPERS = ("**", "`", '"', "'", "*")
+
+
+def normalize_answer(text: str) -> str:
+    """Case-fold, collapse whitespace, drop wrapping quotes/backticks/markdown emphasis and a
+    trailing full stop: ``'  **Dana  Whitfield.** '`` -> ``'dana whitfield'``."""
+    s = " ".join(text.split()).casefold()
+    changed = True
+    while changed and s:
+        changed = False
+        s = s.rstrip(".!").strip()
+        for w in _WRAPPERS:
+            if len(s) >= 2 * len(w) and s.startswith(w) and s.endswith(w):
+                s = s[len(w) : -len(w)].strip()
+                changed = True
+    return s
+
+
+class AnswerEquals(VerifierModel):
+    """Reward 1 when the final answer equals ``value`` (after normalisation, by default)."""
+
+    kind: ClassVar[str] = "answer_equals"
+    value: str | int | float = Field(description="The expected final answer.")
+    normalize: bool = Field(
+        default=True,
+        description="Compare case-folded, whitespace-collapsed text without wrapping quotes, "
+        "markdown emphasis or a trailing full stop; false compares exactly.",
+    )
+
+    def verify(self, sandbox: Sandbox, final_answer: str | None) -> Verdict:
+        if final_answer is None:
+            return Verdict(0.0, "no final answer")
+        want = str(self.value)
+        got = final_answer
+        if self.normalize:
+            want, got = normalize_answer(want), normalize_answer(got)
+        if got == want:
+            return Verdict(1.0, f"answer is {short(want)}")
+        return Verdict(0.0, f"answer {short(got)}, expected {short(want)}")
+
+
+class AnswerRegex(VerifierModel):
+    """Reward 1 when ``pattern`` is found (``re.search``) in the final answer."""
+
+    kind: ClassVar[str] = "answer_regex"
+    pattern: str = Field(description="Python regular expression searched for in the answer.")
+    flags: str = Field(
+        default="",
+        description="Regex flag letters: i (ignore case), m (multiline), s (dot-all), x.",
+    )
+
+    _check_pattern = field_validator("pattern")(check_pattern)
+    _check_flags = field_validator("flags")(check_flags)
+
+    def verify(self, sandbox: Sandbox, final_answer: str | None) -> Verdict:
+        if final_answer is None:
+            return Verdict(0.0, "no final answer")
+        if compile_pattern(self.pattern, self.flags).search(final_answer):
+            return Verdict(1.0, f"answer matches {self.pattern!r}")
+        return Verdict(0.0, f"answer {short(final_answer)} does not match {self.pattern!r}")
+

@@ -1,0 +1,200 @@
+"""The HTTP face shared by the standalone server (``forge serve``) and the HarnessPod proxy.
+
+:func:`protocol_routes` adds, under a path prefix, the three generation endpoints (chat
+completions, Responses, Anthropic messages) and the model list. Each request is authorised by the
+:class:`Backend` first, then its body is read under a size bound, parsed strictly by its protocol
+module into a :class:`~forge.types.ChatRequest`, handed to ``Backend.generate`` and the
+:class:`~forge.types.Completion` rendered as JSON or as server-sent events. Errors are answered in
+the protocol's own error format; an unexpected exception is a 500 and the server keeps running.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from types import ModuleType
+from typing import Any, Protocol
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Route
+
+from forge.types import ChatRequest, Completion
+from serve.protocol import anthropic, chat, responses
+from serve.protocol.common import ProtocolError, WireOptions, WireProtocol, error_body
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+
+_MODULES: dict[WireProtocol, ModuleType] = {
+    "chat": chat,
+    "responses": responses,
+    "anthropic": anthropic,
+}
+
+
+class Backend(Protocol):
+    """What the routes serve from. ``authorize`` returns a context object passed back to the
+    other two; it raises :class:`ProtocolError` (401, 403, 404, 410, ...) to refuse a request."""
+
+    async def authorize(self, request: Request) -> Any: ...
+
+    async def generate(
+        self, ctx: Any, chat: ChatRequest, opts: WireOptions, raw_body: dict[str, Any]
+    ) -> Completion: ...
+
+    async def models(self, ctx: Any) -> list[str]: ...
+
+
+def request_api_key(request: Request) -> str | None:
+    """The key a client sent: ``Authorization: Bearer KEY`` or Anthropic's ``x-api-key: KEY``."""
+    auth = request.headers.get("authorization")
+    if auth:
+        scheme, _, key = auth.strip().partition(" ")
+        if scheme.lower() == "bearer" and key.strip():
+            return key.strip()
+    key = request.headers.get("x-api-key")
+    return key.strip() if key and key.strip() else None
+
+
+def error_response(protocol: WireProtocol, err: ProtocolError) -> JSONResponse:
+    headers = {}
+    if err.retry_after is not None:
+        headers["Retry-After"] = str(max(0, round(err.retry_after)))
+    return JSONResponse(error_body(protocol, err), status_code=err.status, headers=headers)
+
+
+async def read_json_body(request: Request, max_body_bytes: int) -> dict[str, Any]:
+    """The request body as a JSON object, read under ``max_body_bytes`` (413 beyond it)."""
+    too_big = ProtocolError(413, f"request body exceeds the limit of {max_body_bytes} bytes")
+    length = request.headers.get("content-length")
+    if length is not None:
+        try:
+            declared = int(length)
+        except ValueError:
+            raise ProtocolError(400, f"invalid Content-Length header: {length!r}") from None
+        if declared > max_body_bytes:
+            raise too_big
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_body_bytes:
+            raise too_big
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        raise ProtocolError(400, "request body is empty; expected a JSON object")
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ProtocolError(400, f"body is not valid JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise ProtocolError(400, "body must be a JSON object")
+    return body
+
+
+async def _stream(chunks: list[bytes]) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield chunk
+
+
+def _generation_endpoint(
+    protocol: WireProtocol, backend: Backend, max_body_bytes: int
+) -> Callable[[Request], Awaitable[Response]]:
+    module = _MODULES[protocol]
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            ctx = await backend.authorize(request)
+            body = await read_json_body(request, max_body_bytes)
+            chat_request, opts = module.parse_request(body)
+            completion = await backend.generate(ctx, chat_request, opts, body)
+            if not opts.stream:
+                return JSONResponse(module.render_response(completion, opts))
+            chunks: list[bytes] = list(module.render_stream(completion, opts))
+        except ProtocolError as err:
+            return error_response(protocol, err)
+        except Exception as e:
+            log.exception("%s %s failed", request.method, request.url.path)
+            return error_response(protocol, _internal(e))
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        return StreamingResponse(_stream(chunks), media_type="text/event-stream", headers=headers)
+
+    return endpoint
+
+
+def _internal(e: Exception) -> ProtocolError:
+    return ProtocolError(500, f"internal error: {type(e).__name__}: {e}", error_type="api_error")
+
+
+def _models_endpoint(backend: Backend) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        # The Anthropic SDK sends anthropic-version; answer its errors in its format. The list
+        # carries the fields of both the OpenAI and the Anthropic model objects.
+        protocol: WireProtocol = "anthropic" if "anthropic-version" in request.headers else "chat"
+        try:
+            ctx = await backend.authorize(request)
+            names = await backend.models(ctx)
+        except ProtocolError as err:
+            return error_response(protocol, err)
+        except Exception as e:
+            log.exception("%s %s failed", request.method, request.url.path)
+            return error_response(protocol, _internal(e))
+        data = [
+            {
+                "id": name,
+                "object": "model",
+                "created": 0,
+                "owned_by": "openforge",
+                "type": "model",
+                "display_name": name,
+                "created_at": "1970-01-01T00:00:00Z",
+            }
+            for name in names
+        ]
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": data,
+                "has_more": False,
+                "first_id": names[0] if names else None,
+                "last_id": names[-1] if names else None,
+            }
+        )
+
+    return endpoint
+
+
+def protocol_routes(
+    prefix: str, backend: Backend, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+) -> list[BaseRoute]:
+    """The four routes under ``prefix`` (``""`` or e.g.
+    ``"/episodes/{episode_id}/attempts/{attempt:int}"``; path parameters reach the backend
+    through ``request.path_params``)."""
+    prefix = prefix.rstrip("/")
+    return [
+        Route(
+            f"{prefix}/v1/chat/completions",
+            _generation_endpoint("chat", backend, max_body_bytes),
+            methods=["POST"],
+        ),
+        Route(
+            f"{prefix}/v1/responses",
+            _generation_endpoint("responses", backend, max_body_bytes),
+            methods=["POST"],
+        ),
+        Route(
+            f"{prefix}/v1/messages",
+            _generation_endpoint("anthropic", backend, max_body_bytes),
+            methods=["POST"],
+        ),
+        Route(f"{prefix}/v1/models", _models_endpoint(backend), methods=["GET"]),
+    ]
+
+
+def build_app(routes: list[BaseRoute]) -> Starlette:
+    return Starlette(routes=routes)

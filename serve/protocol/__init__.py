@@ -1,0 +1,1 @@
+"""Wire protocols: OpenAI chat completions, OpenAI Responses and Anthropic Messages."""

@@ -1,0 +1,410 @@
+"""OpenAI Responses API (`POST /v1/responses`, spoken by Codex CLI) <-> ChatRequest, Completion.
+
+Tool mapping (see :mod:`serve.protocol.common` for the kind strings):
+
+- ``function`` tools become function Tools of kind ``function``.
+- ``custom`` (free-text) tools become function Tools of kind ``custom`` with one required string
+  parameter ``input``; a call to one is answered as a ``custom_tool_call`` whose ``input`` is that
+  argument, and a ``custom_tool_call`` in the history becomes a call with ``{"input": ...}``.
+- ``namespace`` groups are flattened into Tools named ``NS__TOOL`` (kind ``namespace:NS``, or
+  ``namespace:NS:custom``); calls go back out under the inner name with ``namespace: NS``.
+- Built-in tools (web_search, tool_search, local_shell, image_generation, ...) are dropped.
+
+The stream always ends with ``response.completed`` (its ``status`` is ``incomplete`` when the
+token limit cut the answer): Codex treats ``response.incomplete`` as a failed turn.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from forge.types import ChatRequest, Completion, Message, SamplingParams, Tool, ToolCall
+from serve.protocol.common import (
+    NAMESPACE_SEP,
+    WireOptions,
+    at,
+    custom_arguments,
+    custom_input,
+    custom_input_schema,
+    expect_dict,
+    expect_list,
+    invalid,
+    namespace_kind,
+    opt_bool,
+    opt_int,
+    opt_number,
+    opt_schema,
+    opt_str,
+    pieces,
+    req_str,
+    split_kind,
+    sse_event,
+    text_content,
+)
+
+# Grammar text of a custom tool kept in its description, at most this many characters.
+GRAMMAR_CHARS = 4000
+
+_ROLES = ("user", "system", "developer", "assistant")
+_TEXT_PARTS = ("input_text", "output_text", "text")
+# History items that carry nothing the policy can read back; skipped.
+_SKIPPED_ITEMS = {
+    "reasoning",
+    "web_search_call",
+    "tool_search_call",
+    "tool_search_output",
+    "image_generation_call",
+    "compaction",
+    "compaction_summary",
+    "ghost_snapshot",
+}
+_ECHOED = (
+    "tool_choice",
+    "parallel_tool_calls",
+    "temperature",
+    "top_p",
+    "max_output_tokens",
+    "store",
+    "reasoning",
+    "prompt_cache_key",
+    "metadata",
+    "text",
+    "truncation",
+)
+
+
+def parse_request(body: dict[str, Any]) -> tuple[ChatRequest, WireOptions]:
+    """Validate a Responses body; unknown extra fields are ignored."""
+    model = req_str(body, "model", non_empty=True)
+    if body.get("previous_response_id") is not None:
+        raise invalid(
+            "previous_response_id",
+            "is not supported: this server stores no responses; send the whole conversation",
+        )
+    tools = _parse_tools(body.get("tools"))
+    messages: list[Message] = []
+    instructions = opt_str(body, "instructions")
+    if instructions:
+        messages.append(Message(role="system", content=instructions))
+    if body.get("input") is None:
+        raise invalid("input", "is required")
+    messages.extend(_parse_input(body["input"]))
+
+    sampling = SamplingParams()
+    temperature = opt_number(body, "temperature", 0.0, 2.0)
+    top_p = opt_number(body, "top_p", 0.0, 1.0)
+    max_tokens = opt_int(body, "max_output_tokens", 1)
+    if temperature is not None:
+        sampling.temperature = temperature
+    if top_p is not None:
+        sampling.top_p = top_p
+    if max_tokens is not None:
+        sampling.max_tokens = max_tokens
+    for key in ("store", "parallel_tool_calls", "background"):
+        opt_bool(body, key)
+    if body.get("include") is not None:
+        expect_list(body["include"], "include")
+
+    echo = {key: body[key] for key in _ECHOED if body.get(key) is not None}
+    echo["tools"] = body.get("tools") or []
+    opts = WireOptions(
+        protocol="responses",
+        stream=bool(opt_bool(body, "stream")),
+        return_token_ids=bool(opt_bool(body, "return_token_ids")),
+        model=model,
+        tool_kinds={t.name: t.kind for t in tools},
+        echo=echo,
+        max_tokens_set=max_tokens is not None,
+    )
+    return ChatRequest(messages=messages, tools=tools, sampling=sampling, model=model), opts
+
+
+def _parse_input(raw: Any) -> list[Message]:
+    if isinstance(raw, str):
+        return [Message(role="user", content=raw)]
+    out: list[Message] = []
+    call_names: dict[str, str] = {}
+    for i, value in enumerate(expect_list(raw, "input", non_empty=True)):
+        path = at("input", i)
+        item = expect_dict(value, path)
+        kind = item.get("type")
+        if kind == "message" or (kind is None and "role" in item):
+            out.append(_parse_message(item, path))
+        elif kind in ("function_call", "custom_tool_call"):
+            call = _parse_call(item, path, custom=kind == "custom_tool_call")
+            call_names[call.id] = call.name
+            if out and out[-1].role == "assistant":
+                out[-1].tool_calls.append(call)
+            else:
+                out.append(Message(role="assistant", tool_calls=[call]))
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            call_id = req_str(item, "call_id", path)
+            if item.get("output") is None:
+                raise invalid(at(path, "output"), "is required")
+            content = text_content(item["output"], at(path, "output"), _TEXT_PARTS)
+            name = call_names.get(call_id)
+            out.append(Message(role="tool", content=content, tool_call_id=call_id, name=name))
+        elif kind in _SKIPPED_ITEMS:
+            continue
+        elif kind is None:
+            raise invalid(at(path, "type"), "is required (or give a message 'role')")
+        else:
+            raise invalid(at(path, "type"), f"unsupported input item type {kind!r}")
+    return out
+
+
+def _parse_message(item: dict[str, Any], path: str) -> Message:
+    role = item.get("role")
+    if role not in _ROLES:
+        raise invalid(at(path, "role"), f"expected one of {', '.join(_ROLES)}, got {role!r}")
+    if item.get("content") is None:
+        raise invalid(at(path, "content"), "is required")
+    content = text_content(item["content"], at(path, "content"), _TEXT_PARTS)
+    return Message(role="system" if role == "developer" else role, content=content)
+
+
+def _parse_call(item: dict[str, Any], path: str, *, custom: bool) -> ToolCall:
+    call_id = req_str(item, "call_id", path)
+    name = req_str(item, "name", path, non_empty=True)
+    namespace = opt_str(item, "namespace", path)
+    if namespace:
+        name = f"{namespace}{NAMESPACE_SEP}{name}"
+    if custom:
+        arguments = custom_arguments(req_str(item, "input", path))
+    else:
+        arguments = req_str(item, "arguments", path)
+    return ToolCall(id=call_id, name=name, arguments=arguments)
+
+
+def _parse_tools(raw: Any) -> list[Tool]:
+    if raw is None:
+        return []
+    tools: list[Tool] = []
+    for i, value in enumerate(expect_list(raw, "tools")):
+        path = at("tools", i)
+        spec = expect_dict(value, path)
+        kind = spec.get("type")
+        if kind in ("function", "custom"):
+            tools.append(_parse_tool(spec, path, None))
+        elif kind == "namespace":
+            namespace = req_str(spec, "name", path, non_empty=True)
+            for j, inner in enumerate(expect_list(spec.get("tools"), at(path, "tools"))):
+                inner_path = at(at(path, "tools"), j)
+                inner_spec = expect_dict(inner, inner_path)
+                if inner_spec.get("type") in ("function", "custom"):
+                    tools.append(_parse_tool(inner_spec, inner_path, namespace))
+        elif not isinstance(kind, str):
+            raise invalid(at(path, "type"), "is required")
+        # Built-in tools (web_search, tool_search, local_shell, ...) are not offered to the policy.
+    seen: set[str] = set()
+    for tool in tools:
+        if tool.name in seen:
+            raise invalid("tools", f"duplicate tool name {tool.name!r}")
+        seen.add(tool.name)
+    return tools
+
+
+def _parse_tool(spec: dict[str, Any], path: str, namespace: str | None) -> Tool:
+    name = req_str(spec, "name", path, non_empty=True)
+    description = opt_str(spec, "description", path) or ""
+    custom = spec["type"] == "custom"
+    if custom:
+        description = _with_grammar(description, spec.get("format"))
+        parameters = custom_input_schema("The raw input text (not JSON) for this tool.")
+    else:
+        parameters = opt_schema(spec, "parameters", path)
+    if namespace:
+        return Tool(
+            name=f"{namespace}{NAMESPACE_SEP}{name}",
+            description=description,
+            parameters=parameters,
+            kind=namespace_kind(namespace, custom),
+        )
+    return Tool(name=name, description=description, parameters=parameters, kind=spec["type"])
+
+
+def _with_grammar(description: str, fmt: Any) -> str:
+    if not isinstance(fmt, dict) or fmt.get("type") != "grammar":
+        return description
+    definition = fmt.get("definition")
+    if not isinstance(definition, str) or not definition:
+        return description
+    if len(definition) > GRAMMAR_CHARS:
+        definition = definition[:GRAMMAR_CHARS] + "\n... (grammar truncated)"
+    syntax = fmt.get("syntax")
+    label = f"{syntax} grammar" if isinstance(syntax, str) and syntax else "grammar"
+    grammar = f"The input must follow this {label}:\n{definition}"
+    return f"{description}\n\n{grammar}" if description else grammar
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering
+
+
+def _output_items(c: Completion, opts: WireOptions) -> list[dict[str, Any]]:
+    """The completed output items: an assistant message if there is text, then one per call."""
+    items: list[dict[str, Any]] = []
+    if c.content:
+        items.append(
+            {
+                "type": "message",
+                "id": f"msg_{opts.request_id}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": c.content, "annotations": []}],
+            }
+        )
+    for i, call in enumerate(c.tool_calls):
+        namespace, custom = split_kind(opts.tool_kinds.get(call.name, "function"))
+        name = call.name
+        if namespace and name.startswith(namespace + NAMESPACE_SEP):
+            name = name[len(namespace) + len(NAMESPACE_SEP) :]
+        item: dict[str, Any]
+        if custom:
+            item = {
+                "type": "custom_tool_call",
+                "id": f"ctc_{opts.request_id}_{i}",
+                "call_id": call.id,
+                "name": name,
+                "input": custom_input(call.arguments),
+                "status": "completed",
+            }
+        else:
+            item = {
+                "type": "function_call",
+                "id": f"fc_{opts.request_id}_{i}",
+                "call_id": call.id,
+                "name": name,
+                "arguments": call.arguments,
+                "status": "completed",
+            }
+        if namespace:
+            item["namespace"] = namespace
+        items.append(item)
+    return items
+
+
+def _usage(c: Completion) -> dict[str, Any]:
+    prompt, completion = len(c.prompt_ids), len(c.completion_ids)
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens": completion,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": prompt + completion,
+    }
+
+
+def _response(
+    opts: WireOptions, created_at: int, output: list[dict[str, Any]], c: Completion | None
+) -> dict[str, Any]:
+    """The Response object: in progress (``c`` None) or finished."""
+    echo = opts.echo
+    status = "in_progress"
+    incomplete = None
+    if c is not None:
+        status = "incomplete" if c.finish_reason == "length" else "completed"
+        if status == "incomplete":
+            incomplete = {"reason": "max_output_tokens"}
+    out: dict[str, Any] = {
+        "id": f"resp_{opts.request_id}",
+        "object": "response",
+        "created_at": created_at,
+        "status": status,
+        "background": False,
+        "error": None,
+        "incomplete_details": incomplete,
+        "instructions": None,
+        "max_output_tokens": echo.get("max_output_tokens"),
+        "metadata": echo.get("metadata", {}),
+        "model": opts.model,
+        "output": output,
+        "parallel_tool_calls": echo.get("parallel_tool_calls", True),
+        "previous_response_id": None,
+        "reasoning": echo.get("reasoning", {"effort": None, "summary": None}),
+        "store": echo.get("store", False),
+        "temperature": echo.get("temperature", 1.0),
+        "text": echo.get("text", {"format": {"type": "text"}}),
+        "tool_choice": echo.get("tool_choice", "auto"),
+        "tools": echo.get("tools", []),
+        "top_p": echo.get("top_p", 1.0),
+        "truncation": echo.get("truncation", "disabled"),
+        "usage": None,
+        "user": None,
+    }
+    if "prompt_cache_key" in echo:
+        out["prompt_cache_key"] = echo["prompt_cache_key"]
+    if c is not None:
+        out["completed_at"] = int(time.time())
+        out["usage"] = _usage(c)
+        if opts.return_token_ids:
+            out["prompt_token_ids"] = list(c.prompt_ids)
+            out["token_ids"] = list(c.completion_ids)
+    return out
+
+
+def render_response(c: Completion, opts: WireOptions) -> dict[str, Any]:
+    return _response(opts, int(time.time()), _output_items(c, opts), c)
+
+
+def render_stream(c: Completion, opts: WireOptions) -> Iterator[bytes]:
+    created_at = int(time.time())
+    seq = 0
+
+    def event(kind: str, **fields: Any) -> bytes:
+        nonlocal seq
+        data = {"type": kind, "sequence_number": seq, **fields}
+        seq += 1
+        return sse_event(kind, data)
+
+    yield event("response.created", response=_response(opts, created_at, [], None))
+    yield event("response.in_progress", response=_response(opts, created_at, [], None))
+    items = _output_items(c, opts)
+    for index, item in enumerate(items):
+        where = {"item_id": item["id"], "output_index": index}
+        if item["type"] == "message":
+            text = item["content"][0]["text"]
+            part = {"type": "output_text", "text": "", "annotations": []}
+            yield event(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "status": "in_progress", "content": []},
+            )
+            yield event("response.content_part.added", **where, content_index=0, part=part)
+            for piece in pieces(text):
+                yield event(
+                    "response.output_text.delta", **where, content_index=0, delta=piece, logprobs=[]
+                )
+            yield event(
+                "response.output_text.done", **where, content_index=0, text=text, logprobs=[]
+            )
+            yield event(
+                "response.content_part.done", **where, content_index=0, part={**part, "text": text}
+            )
+        elif item["type"] == "function_call":
+            yield event(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "arguments": "", "status": "in_progress"},
+            )
+            for piece in pieces(item["arguments"]):
+                yield event("response.function_call_arguments.delta", **where, delta=piece)
+            yield event(
+                "response.function_call_arguments.done",
+                **where,
+                name=item["name"],
+                arguments=item["arguments"],
+            )
+        else:
+            yield event(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "input": "", "status": "in_progress"},
+            )
+            for piece in pieces(item["input"]):
+                yield event("response.custom_tool_call_input.delta", **where, delta=piece)
+            yield event("response.custom_tool_call_input.done", **where, input=item["input"])
+        yield event("response.output_item.done", output_index=index, item=item)
+    yield event("response.completed", response=_response(opts, created_at, items, c))
