@@ -56,7 +56,7 @@ class Tool:
 class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
-    max_tokens: int = 256
+    max_tokens: int = 0  # 0: the Policy's default (PolicyConfig.default_max_tokens)
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
 

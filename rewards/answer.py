@@ -70,4 +70,3 @@ class AnswerRegex(VerifierModel):
         if compile_pattern(self.pattern, self.flags).search(final_answer):
             return Verdict(1.0, f"answer matches {self.pattern!r}")
         return Verdict(0.0, f"answer {short(final_answer)} does not match {self.pattern!r}")
-

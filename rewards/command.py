@@ -26,7 +26,9 @@ class Command(VerifierModel):
     kind: ClassVar[str] = "command"
     cmd: str = Field(min_length=1, description="Shell command, run as `sh -c CMD` in the sandbox.")
     expect_exit: int = Field(default=0, description="The exit code that means success.")
-    timeout_s: float = Field(default=30.0, gt=0, description="Seconds before the command is killed.")
+    timeout_s: float = Field(
+        default=30.0, gt=0, description="Seconds before the command is killed."
+    )
 
     def verify(self, sandbox: Sandbox, final_answer: str | None) -> Verdict:
         result = sandbox.exec(["sh", "-c", self.cmd], self.timeout_s)

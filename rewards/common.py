@@ -99,7 +99,7 @@ _FLAG_LETTERS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.
 
 
 def regex_flags(flags: str) -> int:
-    """Regex flags from letters: ``i`` ignore case, ``m`` multiline, ``s`` dot-all, ``x`` verbose."""
+    """Regex flags from letters: i (ignore case), m (multiline), s (dot-all), x (verbose)."""
     value = 0
     for ch in flags:
         if ch not in _FLAG_LETTERS:

@@ -109,6 +109,7 @@ def policy_app(config: PolicyConfig) -> Any:
         num_replicas=config.replicas,
         max_ongoing_requests=config.max_ongoing_requests,
         ray_actor_options={"num_cpus": config.num_cpus, "num_gpus": config.num_gpus},
+        logging_config={"enable_access_log": False},
     )
     return deployment.bind(config.model_dump())
 

@@ -3,4 +3,12 @@
 from tasks.loader import TaskError, list_suites, load_suite, load_task_file
 from tasks.schema import Limits, Task, WriteFile
 
-__all__ = ["Limits", "Task", "TaskError", "WriteFile", "list_suites", "load_suite", "load_task_file"]
+__all__ = [
+    "Limits",
+    "Task",
+    "TaskError",
+    "WriteFile",
+    "list_suites",
+    "load_suite",
+    "load_task_file",
+]

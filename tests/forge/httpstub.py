@@ -42,7 +42,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
     do_GET = do_POST = _serve
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 
@@ -61,7 +61,7 @@ class StubServer:
             self.address = unix_path
         else:
             self.server = ThreadingHTTPServer(("127.0.0.1", 0), _RequestHandler)
-            self.address = "127.0.0.1:%d" % self.server.server_address[1]
+            self.address = f"127.0.0.1:{self.server.server_address[1]}"
         self.server.stub = self  # type: ignore[attr-defined]
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self._thread.start()

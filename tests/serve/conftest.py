@@ -82,15 +82,31 @@ def http_client(app: Any) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
 
 
+def sdk_http_client(app: Any) -> Any:
+    """An in-process client of the kind the installed SDKs take: recent releases of both
+    official SDKs run on ``httpx2`` and refuse ``httpx`` objects; older ones take ``httpx``."""
+    try:
+        import httpx2
+    except ImportError:
+        return http_client(app)
+    return httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://test")
+
+
 def openai_client(app: Any, prefix: str = "", key: str = API_KEY) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(
-        base_url=f"http://test{prefix}/v1", api_key=key, max_retries=0, http_client=http_client(app)
+        base_url=f"http://test{prefix}/v1",
+        api_key=key,
+        max_retries=0,
+        http_client=sdk_http_client(app),
     )
 
 
 def anthropic_client(app: Any, prefix: str = "", key: str = API_KEY) -> anthropic.AsyncAnthropic:
     return anthropic.AsyncAnthropic(
-        base_url=f"http://test{prefix}", api_key=key, max_retries=0, http_client=http_client(app)
+        base_url=f"http://test{prefix}",
+        api_key=key,
+        max_retries=0,
+        http_client=sdk_http_client(app),
     )
 
 

@@ -1,4 +1,4 @@
-"""Anthropic Messages: parsing, rendering, and the official SDK (create and stream) against the app."""
+"""Anthropic Messages: parsing, rendering, and the official SDK (create, stream) on the app."""
 
 from __future__ import annotations
 
@@ -63,7 +63,10 @@ def test_parse_conversation_with_tools():
     assert req.messages[0].content == "You are pi.\nBe brief."
     assistant = req.messages[2]
     assert assistant.content == "Sure."
-    assert [json.loads(c.arguments) for c in assistant.tool_calls] == [{"cmd": "ls"}, {"cmd": "pwd"}]
+    assert [json.loads(c.arguments) for c in assistant.tool_calls] == [
+        {"cmd": "ls"},
+        {"cmd": "pwd"},
+    ]
     assert [(m.tool_call_id, m.content, m.name) for m in req.messages[3:5]] == [
         ("toolu_1", "a.txt", "bash"),
         ("toolu_2", "/w", "bash"),
@@ -128,7 +131,12 @@ def _msgs(*content):
             {
                 "model": "m",
                 "max_tokens": 5,
-                "messages": [{"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": "{}"}]}],
+                "messages": [
+                    {
+                        "role": "assistant",
+                        "content": [{"type": "tool_use", "id": "t", "name": "f", "input": "{}"}],
+                    }
+                ],
             },
             "messages[0].content[0].input",
             "expected an object",
@@ -180,8 +188,14 @@ def test_sdk_create_tool_use_then_answer(kit):
         assert tool.type == "tool_use" and tool.name == "bash" and tool.id.startswith("toolu_")
         assert tool.input == {"cmd": "ls -la /tmp", "timeout": 10}
         messages += [
-            {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool.id, "content": "a.txt"}]},
+            {
+                "role": "assistant",
+                "content": [b.model_dump(exclude_none=True) for b in first.content],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": tool.id, "content": "a.txt"}],
+            },
         ]
         second = await client.messages.create(
             model="policy", max_tokens=100, messages=messages, tools=[BASH]
@@ -197,7 +211,10 @@ def test_sdk_stream_final_message_has_parsed_tool_input(kit):
 
     async def run():
         async with client.messages.stream(
-            model="policy", max_tokens=100, messages=[{"role": "user", "content": "go"}], tools=[BASH]
+            model="policy",
+            max_tokens=100,
+            messages=[{"role": "user", "content": "go"}],
+            tools=[BASH],
         ) as stream:
             kinds = [event.type async for event in stream]
             final = await stream.get_final_message()

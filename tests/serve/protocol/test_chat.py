@@ -39,12 +39,19 @@ def test_parse_full_request():
         "model": "policy",
         "messages": [
             {"role": "developer", "content": "be brief"},
-            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+            },
             {
                 "role": "assistant",
                 "content": None,
                 "tool_calls": [
-                    {"id": "c1", "type": "function", "function": {"name": "exec", "arguments": "{}"}}
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "exec", "arguments": "{}"},
+                    }
                 ],
             },
             {"role": "tool", "tool_call_id": "c1", "content": "ok"},
@@ -93,8 +100,13 @@ def test_parse_defaults_and_max_tokens():
         ({"model": "m", "messages": "hi"}, "messages", "expected an array"),
         (_body(messages=[{"role": "wizard", "content": "x"}]), "messages[0].role", "wizard"),
         (
-            _body(messages=[{"role": "user", "content": "a"}, {"role": "user", "content": "b"},
-                            {"role": "user", "content": 5}]),
+            _body(
+                messages=[
+                    {"role": "user", "content": "a"},
+                    {"role": "user", "content": "b"},
+                    {"role": "user", "content": 5},
+                ]
+            ),
             "messages[2].content",
             "expected string or list of content parts",
         ),
@@ -103,7 +115,11 @@ def test_parse_defaults_and_max_tokens():
             "messages[0].content[0].type",
             "not supported",
         ),
-        (_body(messages=[{"role": "tool", "content": "x"}]), "messages[0].tool_call_id", "required"),
+        (
+            _body(messages=[{"role": "tool", "content": "x"}]),
+            "messages[0].tool_call_id",
+            "required",
+        ),
         (
             _body(messages=[{"role": "assistant", "tool_calls": [{"id": "c", "function": {}}]}]),
             "messages[0].tool_calls[0].function.name",
@@ -145,7 +161,10 @@ def test_render_response_with_token_ids():
     choice = out["choices"][0]
     assert out["object"] == "chat.completion" and out["model"] == "m"
     assert choice["message"]["content"] is None
-    assert choice["message"]["tool_calls"][0]["function"] == {"name": "exec", "arguments": '{"cmd": "ls"}'}
+    assert choice["message"]["tool_calls"][0]["function"] == {
+        "name": "exec",
+        "arguments": '{"cmd": "ls"}',
+    }
     assert choice["finish_reason"] == "tool_calls"
     assert out["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
     assert out["prompt_token_ids"] == [1, 2, 3] and choice["token_ids"] == [7, 8]
@@ -184,7 +203,9 @@ def test_sdk_non_stream_tool_call_then_answer(kit):
             first.choices[0].message.model_dump(exclude_none=True),
             {"role": "tool", "tool_call_id": call.id, "content": "a.txt"},
         ]
-        second = await client.chat.completions.create(model="policy", messages=messages, tools=TOOLS)
+        second = await client.chat.completions.create(
+            model="policy", messages=messages, tools=TOOLS
+        )
         assert second.choices[0].message.content == "done: a.txt"
         assert second.choices[0].finish_reason == "stop"
 

@@ -1,4 +1,4 @@
-"""OpenAI Responses API (Codex's wire): parsing, tool kinds round trip, SDK non-stream and stream."""
+"""OpenAI Responses API (Codex's wire): parsing, tool kinds round trip, SDK calls and streams."""
 
 from __future__ import annotations
 
@@ -40,15 +40,43 @@ def codex_body(**extra):
         "model": "policy",
         "instructions": "You are Codex.",
         "input": [
-            {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "rules"}]},
+            {
+                "type": "message",
+                "role": "developer",
+                "content": [{"type": "input_text", "text": "rules"}],
+            },
             {"role": "user", "content": "fix the bug"},
             {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": None},
-            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]},
-            {"type": "function_call", "call_id": "c1", "name": "exec_command", "arguments": '{"cmd":"ls"}'},
-            {"type": "custom_tool_call", "call_id": "c2", "name": "apply_patch", "input": "*** Begin"},
-            {"type": "function_call", "call_id": "c3", "name": "spawn", "namespace": "agents", "arguments": "{}"},
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "ok"}],
+            },
+            {
+                "type": "function_call",
+                "call_id": "c1",
+                "name": "exec_command",
+                "arguments": '{"cmd":"ls"}',
+            },
+            {
+                "type": "custom_tool_call",
+                "call_id": "c2",
+                "name": "apply_patch",
+                "input": "*** Begin",
+            },
+            {
+                "type": "function_call",
+                "call_id": "c3",
+                "name": "spawn",
+                "namespace": "agents",
+                "arguments": "{}",
+            },
             {"type": "function_call_output", "call_id": "c1", "output": "a.py"},
-            {"type": "custom_tool_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "applied"}]},
+            {
+                "type": "custom_tool_call_output",
+                "call_id": "c2",
+                "output": [{"type": "input_text", "text": "applied"}],
+            },
             {"type": "function_call_output", "call_id": "c3", "output": "spawned"},
         ],
         "tools": [EXEC, APPLY_PATCH, AGENTS, {"type": "web_search"}, {"type": "tool_search"}],
@@ -70,7 +98,11 @@ def test_parse_codex_request():
     assert req.messages[0].content == "You are Codex." and req.messages[1].content == "rules"
     assistant = req.messages[3]
     assert assistant.content == "ok"
-    assert [c.name for c in assistant.tool_calls] == ["exec_command", "apply_patch", "agents__spawn"]
+    assert [c.name for c in assistant.tool_calls] == [
+        "exec_command",
+        "apply_patch",
+        "agents__spawn",
+    ]
     assert json.loads(assistant.tool_calls[1].arguments) == {"input": "*** Begin"}
     assert [m.tool_call_id for m in req.messages[4:]] == ["c1", "c2", "c3"]
     assert [m.name for m in req.messages[4:]] == ["exec_command", "apply_patch", "agents__spawn"]
@@ -100,7 +132,10 @@ def test_parse_string_input_and_sampling():
 
 
 def test_grammar_is_truncated():
-    big = {**APPLY_PATCH, "format": {"type": "grammar", "syntax": "lark", "definition": "x" * 99999}}
+    big = {
+        **APPLY_PATCH,
+        "format": {"type": "grammar", "syntax": "lark", "definition": "x" * 99999},
+    }
     req, _ = responses.parse_request({"model": "m", "input": "hi", "tools": [big]})
     assert len(req.tools[0].description) < responses.GRAMMAR_CHARS + 200
     assert "truncated" in req.tools[0].description
@@ -121,7 +156,10 @@ def test_grammar_is_truncated():
             "input[0].content[0].type",
         ),
         ({"model": "m", "input": [{"type": "function_call", "name": "f"}]}, "input[0].call_id"),
-        ({"model": "m", "input": [{"type": "function_call_output", "call_id": "c"}]}, "input[0].output"),
+        (
+            {"model": "m", "input": [{"type": "function_call_output", "call_id": "c"}]},
+            "input[0].output",
+        ),
         ({"model": "m", "input": "x", "tools": [{"type": "function"}]}, "tools[0].name"),
         ({"model": "m", "input": "x", "tools": [EXEC, EXEC]}, "tools"),
         ({"model": "m", "input": "x", "max_output_tokens": -1}, "max_output_tokens"),

@@ -1,0 +1,95 @@
+"""The ``forge`` command: ``forge run``, ``forge serve``, ``forge tasks``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from forge.config import ConfigError, EngineConfig, PolicyConfig, load_config
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from forge.cluster import init_ray
+    from serve.policy import deploy_policy
+    from serve.server import run_server
+
+    config = PolicyConfig(
+        engine=EngineConfig(name=args.engine, model=args.model, mode=args.mode),
+        replicas=args.replicas,
+        num_cpus=args.num_cpus,
+    )
+    init_ray()
+    handle = deploy_policy(config)
+    print(f"serving {args.model} ({args.engine}) on http://{args.host}:{args.port}/v1", flush=True)
+    run_server(handle, args.model, args.host, args.port, args.api_key)
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from forge.driver import main as run_main
+
+    path, overrides = args.config, list(args.overrides)
+    if path is not None and "=" in path and not os.path.exists(path):
+        path, overrides = None, [path, *overrides]  # `forge run key=value ...`
+    try:
+        config = load_config(path, overrides)
+    except ConfigError as e:
+        print(f"forge run: {e}", file=sys.stderr)
+        return 2
+    return run_main(config)
+
+
+def _tasks(args: argparse.Namespace) -> int:
+    from tasks.loader import TaskError, load_suite
+
+    try:
+        tasks = load_suite(args.suite)
+    except TaskError as e:
+        print(f"forge tasks: {e}", file=sys.stderr)
+        return 2
+    for t in tasks:
+        print(f"{t.id:28s} {t.instruction[:70]}")
+    print(f"{len(tasks)} tasks valid")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="forge", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run a job from a config (default: the quickstart)")
+    run.add_argument("config", nargs="?", help="YAML config file")
+    run.add_argument("overrides", nargs="*", help="key=value overrides, e.g. policy.replicas=2")
+    run.set_defaults(func=_run)
+
+    srv = sub.add_parser("serve", help="serve a model over HTTP on 127.0.0.1")
+    srv.add_argument("--model", default="tiny", help="tiny, smollm2-135m or a checkpoint dir")
+    srv.add_argument("--engine", default="torch", choices=["torch", "scripted"])
+    srv.add_argument("--mode", default="oracle", choices=["oracle", "noop"], help="scripted only")
+    srv.add_argument("--host", default="127.0.0.1")
+    srv.add_argument("--port", type=int, default=8000)
+    srv.add_argument("--replicas", type=int, default=1)
+    srv.add_argument("--num-cpus", type=float, default=1.0)
+    srv.add_argument("--api-key", default=None, help="require this key on every call")
+    srv.set_defaults(func=_serve)
+
+    tasks = sub.add_parser("tasks", help="validate and list a task suite")
+    tasks.add_argument("suite", help="suite name (e.g. smoke) or path")
+    tasks.set_defaults(func=_tasks)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
