@@ -169,7 +169,7 @@ class HarnessPod:
             raise ProtocolError(404, f"no attempt {ident[1]} of episode {ident[0]} on this proxy")
         key = request_api_key(request)
         if key is None or not secrets.compare_digest(key, state.key):
-            raise ProtocolError(401, "invalid API key for this attempt", error_type="auth_error")
+            raise ProtocolError(401, "invalid API key for this attempt")
         return state
 
     async def models(self, ctx: AttemptState) -> list[str]:

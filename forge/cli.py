@@ -13,17 +13,32 @@ from forge.config import ConfigError, EngineConfig, PolicyConfig, load_config
 def _serve(args: argparse.Namespace) -> int:
     from forge.cluster import init_ray
     from serve.policy import deploy_policy
-    from serve.server import run_server
+    from serve.server import make_app, run_server
 
     config = PolicyConfig(
         engine=EngineConfig(name=args.engine, model=args.model, mode=args.mode),
         replicas=args.replicas,
         num_cpus=args.num_cpus,
     )
+    script = None
+    if args.task:
+        from tasks.loader import TaskError, load_suite
+
+        suite, _, task_id = args.task.rpartition("/")
+        try:
+            found = [t for t in load_suite(suite or "smoke") if t.id == task_id]
+        except TaskError as e:
+            print(f"forge serve: --task: {e}", file=sys.stderr)
+            return 2
+        if not found:
+            print(f"forge serve: --task: no task {task_id!r} in {suite!r}", file=sys.stderr)
+            return 2
+        script = found[0].reference_script()
     init_ray()
     handle = deploy_policy(config)
+    app = make_app(handle, args.model, args.api_key, script)
     print(f"serving {args.model} ({args.engine}) on http://{args.host}:{args.port}/v1", flush=True)
-    run_server(handle, args.model, args.host, args.port, args.api_key)
+    run_server(app, args.host, args.port)
     return 0
 
 
@@ -74,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--replicas", type=int, default=1)
     srv.add_argument("--num-cpus", type=float, default=1.0)
     srv.add_argument("--api-key", default=None, help="require this key on every call")
+    srv.add_argument(
+        "--task", default=None, help="scripted engine: play SUITE/TASK_ID's reference solution"
+    )
     srv.set_defaults(func=_serve)
 
     tasks = sub.add_parser("tasks", help="validate and list a task suite")

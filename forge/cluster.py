@@ -14,7 +14,8 @@ LOCAL_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disable
 
 def init_ray(address: str | None = None, num_cpus: int | None = None, **kwargs: Any) -> str:
     """Join ``address`` (or ``RAY_ADDRESS``, or a cluster started with ``ray start``); else
-    start a local cluster bound to 127.0.0.1. Returns ``"joined"`` or ``"local"``."""
+    start a local cluster bound to 127.0.0.1 (always, with ``address="local"``).
+    Returns ``"joined"`` or ``"local"``."""
     import ray
 
     for key, value in LOCAL_ENV.items():
@@ -22,20 +23,14 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, **kwargs: 
     if ray.is_initialized():
         return "joined"
     address = address or os.environ.get("RAY_ADDRESS")
-    runtime_env = kwargs.pop("runtime_env", None)
-    try:
-        ray.init(address=address or "auto", runtime_env=runtime_env, **kwargs)
-        log.info("joined the Ray cluster at %s", address or "auto")
-        return "joined"
-    except ConnectionError:
-        if address:
-            raise
-    ray.init(
-        num_cpus=num_cpus,
-        include_dashboard=kwargs.pop("include_dashboard", None),
-        _node_ip_address="127.0.0.1",
-        runtime_env=runtime_env,
-        **kwargs,
-    )
+    if address != "local":
+        try:
+            ray.init(address=address or "auto", **kwargs)
+            log.info("joined the Ray cluster at %s", address or "auto")
+            return "joined"
+        except ConnectionError:
+            if address:
+                raise
+    ray.init(num_cpus=num_cpus, _node_ip_address="127.0.0.1", **kwargs)
     log.info("started a local Ray cluster on 127.0.0.1")
     return "local"

@@ -6,10 +6,15 @@ Binds 127.0.0.1 unless told otherwise; ``api_key`` makes every call present that
 
 from __future__ import annotations
 
+import asyncio
 import secrets
+import socket
+import threading
+import time
 from typing import Any
 
 import uvicorn
+from starlette.applications import Starlette
 from starlette.requests import Request
 
 from forge.types import ChatRequest, Completion
@@ -20,17 +25,24 @@ from serve.protocol.common import ProtocolError, WireOptions
 class PolicyFrontend:
     """A :class:`serve.http_app.Backend` that forwards every call to the Policy handle."""
 
-    def __init__(self, policy: Any, model: str, api_key: str | None = None) -> None:
+    def __init__(
+        self,
+        policy: Any,
+        model: str,
+        api_key: str | None = None,
+        script: dict[str, Any] | None = None,
+    ) -> None:
         self.policy = policy
         self.model = model
         self.api_key = api_key
+        self.script = script  # for the scripted engine: the solution every request plays
 
     async def authorize(self, request: Request) -> None:
         if self.api_key is None:
             return
         key = request_api_key(request)
         if key is None or not secrets.compare_digest(key, self.api_key):
-            raise ProtocolError(401, "invalid API key", error_type="auth_error")
+            raise ProtocolError(401, "invalid API key")
 
     async def models(self, ctx: Any) -> list[str]:
         return [self.model]
@@ -43,14 +55,52 @@ class PolicyFrontend:
                 404, f"model: unknown model {chat.model!r}; this server serves {self.model!r}",
                 "model",
             )
+        chat.script = self.script
         return await self.policy.generate.remote(chat)
 
 
-def make_app(policy: Any, model: str, api_key: str | None = None, max_body_bytes: int = 8 << 20):
-    return build_app(protocol_routes("", PolicyFrontend(policy, model, api_key), max_body_bytes))
+def make_app(
+    policy: Any,
+    model: str,
+    api_key: str | None = None,
+    script: dict[str, Any] | None = None,
+    max_body_bytes: int = 8 << 20,
+) -> Starlette:
+    frontend = PolicyFrontend(policy, model, api_key, script)
+    return build_app(protocol_routes("", frontend, max_body_bytes))
 
 
-def run_server(
-    policy: Any, model: str, host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None
-) -> None:
-    uvicorn.run(make_app(policy, model, api_key), host=host, port=port, log_level="warning")
+def run_server(app: Starlette, host: str = "127.0.0.1", port: int = 8000) -> None:
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+class BackgroundServer:
+    """Serve ``app`` from a thread (tests and benchmarks): ``with BackgroundServer(app) as url``."""
+
+    def __init__(self, app: Starlette, host: str = "127.0.0.1") -> None:
+        self.host = host
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((host, 0))
+        self.port = self._sock.getsockname()[1]
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self._server.serve(sockets=[self._sock])), daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def __enter__(self) -> str:
+        self._thread.start()
+        while not self._server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError("server thread died on start")
+            time.sleep(0.01)
+        return self.url
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)

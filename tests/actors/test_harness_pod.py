@@ -1,0 +1,188 @@
+"""The HarnessPod as a real Ray actor in front of a real Serve Policy."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from actors.harness_pod import HarnessPod
+from forge.config import PolicyConfig
+from serve.chat_template import parse_tool_calls
+from serve.models import build_byte_tokenizer
+from serve.policy import deploy_policy
+from tasks import load_suite
+
+pytestmark = pytest.mark.ray
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "shell",
+        "description": "Run a shell command.",
+        "parameters": {
+            "type": "object",
+            "properties": {"command": {"type": "string"}},
+            "required": ["command"],
+        },
+    },
+}
+
+
+def _pod(ray, handle, name, **kw):
+    pod = ray.remote(HarnessPod).options(num_cpus=0.25).remote(handle, pod_id=name, **kw)
+    url = ray.get(pod.start.remote())
+    return pod, url
+
+
+@pytest.fixture(scope="module")
+def oracle(ray_cluster):
+    handle = deploy_policy(PolicyConfig(engine={"name": "scripted"}, num_cpus=0.25), "pod-oracle")
+    pod, url = _pod(ray_cluster, handle, "pod-a", proxy={"max_body_bytes": 65536})
+    yield ray_cluster, pod, url
+    ray_cluster.get(pod.stop.remote())
+
+
+@pytest.fixture(scope="module")
+def noop(ray_cluster):
+    config = PolicyConfig(engine={"name": "scripted", "mode": "noop"}, num_cpus=0.25)
+    handle = deploy_policy(config, "pod-noop")
+    pod, url = _pod(ray_cluster, handle, "pod-b")
+    yield ray_cluster, pod, url
+
+
+def _open(ray, pod, episode, attempt=0, steps=("echo hi",)):
+    script = {"task_id": "t", "steps": list(steps), "answer": "ok"}
+    return ray.get(pod.open_attempt.remote(episode, attempt, script=script))
+
+
+def test_sdks_through_proxy_are_recorded_token_for_token(oracle):
+    ray, pod, url = oracle
+    info = _open(ray, pod, "ep-sdk")
+    base = url + info["path"]
+    oa = openai.OpenAI(base_url=base + "/v1", api_key=info["api_key"])
+    chat = oa.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "hi"}],
+        tools=[TOOL],
+        extra_body={"return_token_ids": True},
+    )
+    stream = oa.responses.create(
+        model="tiny", input="hi", tools=[{"type": "function", **TOOL["function"]}], stream=True
+    )
+    completed = [e for e in stream if e.type == "response.completed"][0].response
+    an = anthropic.Anthropic(base_url=base, api_key=info["api_key"])
+    tool = {"name": "shell", "input_schema": TOOL["function"]["parameters"]}
+    msg = an.messages.create(
+        model="tiny", max_tokens=200, messages=[{"role": "user", "content": "hi"}], tools=[tool]
+    )
+    state = ray.get(pod.close_attempt.remote("ep-sdk", 0))
+    assert [t.protocol for t in state.turns] == ["chat", "responses", "anthropic"]
+    tok = build_byte_tokenizer()
+    first = state.turns[0]
+    assert first.completion_ids == chat.model_dump()["choices"][0]["token_ids"]
+    assert first.prompt_ids == chat.model_dump()["prompt_token_ids"]
+    for turn in state.turns:
+        assert tok.decode(turn.completion_ids, skip_special_tokens=True) == turn.text
+        assert len(turn.logprobs) == len(turn.completion_ids)
+        _, calls = parse_tool_calls(turn.text)
+        assert [c.name for c in calls] == ["shell"]
+        assert [c["name"] for c in turn.tool_calls] == ["shell"]
+    assert chat.choices[0].message.tool_calls[0].function.name == "shell"
+    assert [o.name for o in completed.output if o.type == "function_call"] == ["shell"]
+    assert [b.name for b in msg.content if b.type == "tool_use"] == ["shell"]
+
+
+def test_bad_input_answers_clearly_and_pod_stays_up(oracle):
+    ray, pod, url = oracle
+    info = _open(ray, pod, "ep-bad")
+    base = url + info["path"] + "/v1/chat/completions"
+    auth = {"Authorization": f"Bearer {info['api_key']}"}
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
+    r = httpx.post(base, content=b"{not json", headers=auth)
+    assert r.status_code == 400 and "JSON" in r.json()["error"]["message"]
+    r = httpx.post(base, json={**body, "model": "gpt-9"}, headers=auth)
+    assert r.status_code == 404 and "model" in r.json()["error"]["message"]
+    r = httpx.post(base, json={"model": "tiny", "messages": [{"role": "robot"}]}, headers=auth)
+    assert r.status_code == 400 and "messages[0].role" in r.json()["error"]["message"]
+    r = httpx.post(base, json=body, headers={"Authorization": "Bearer forge-someone-else"})
+    assert r.status_code == 401
+    other = _open(ray, pod, "ep-other")
+    r = httpx.post(base, json=body, headers={"Authorization": f"Bearer {other['api_key']}"})
+    assert r.status_code == 401  # another attempt's key cannot write into this episode
+    big = {**body, "messages": [{"role": "user", "content": "x" * 100_000}]}
+    r = httpx.post(base, json=big, headers=auth)
+    assert r.status_code == 413
+    r = httpx.post(url + "/episodes/nope/attempts/0/v1/chat/completions", json=body, headers=auth)
+    assert r.status_code == 404
+    assert httpx.post(base, json=body, headers=auth).status_code == 200
+    state = ray.get(pod.close_attempt.remote("ep-bad", 0))
+    assert len(state.turns) == 1  # only the valid call was recorded
+    r = httpx.post(base, json=body, headers=auth)
+    assert r.status_code == 410
+    assert ray.get(pod.ready.remote()) == "pod-a"
+
+
+def test_32_streaming_clients_get_separate_records(oracle):
+    ray, pod, url = oracle
+    infos = [_open(ray, pod, f"ep-par-{i}", steps=[f"echo client-{i}"]) for i in range(32)]
+
+    async def one(info):
+        async with httpx.AsyncClient(timeout=120) as client:
+            body = {
+                "model": "tiny",
+                "stream": True,
+                "messages": [{"role": "user", "content": "go"}],
+                "tools": [TOOL],
+            }
+            args = ""
+            async with client.stream(
+                "POST",
+                url + info["path"] + "/v1/chat/completions",
+                json=body,
+                headers={"Authorization": f"Bearer {info['api_key']}"},
+            ) as r:
+                assert r.status_code == 200
+                async for line in r.aiter_lines():
+                    if line.startswith("data: {"):
+                        for choice in json.loads(line[6:])["choices"]:
+                            for tc in choice["delta"].get("tool_calls") or []:
+                                args += tc["function"].get("arguments") or ""
+            return json.loads(args)["command"]
+
+    async def all_clients():
+        return await asyncio.gather(*(one(i) for i in infos))
+
+    commands = asyncio.run(all_clients())
+    assert commands == [f"echo client-{i}" for i in range(32)]
+    for i in range(32):
+        state = ray.get(pod.close_attempt.remote(f"ep-par-{i}", 0))
+        assert len(state.turns) == 1
+        assert json.loads(state.turns[0].tool_calls[0]["arguments"]) == {
+            "command": f"echo client-{i}"
+        }
+
+
+@pytest.mark.slow
+def test_react_episode_oracle_gets_1_and_noop_gets_0(oracle, noop):
+    ray = oracle[0]
+    task = next(t for t in load_suite("smoke") if t.id == "json_extract")
+    good = ray.get(oracle[1].run_episode.remote(task.model_dump(), "react", episode_id="e-good"))
+    bad = ray.get(noop[1].run_episode.remote(task.model_dump(), "react", episode_id="e-bad"))
+    assert (good.status, good.reward) == ("ok", 1.0)
+    assert (bad.status, bad.reward) == ("ok", 0.0)
+    # The oracle plays every solution step, then answers: one turn per step plus the answer.
+    assert len(good.turns) == len(task.solution) + 1
+    assert len(bad.turns) == 1 and not bad.turns[0].tool_calls
+    for ep in (good, bad):
+        assert [t.index for t in ep.turns] == list(range(len(ep.turns)))
+        assert all(t.completion_ids and t.prompt_ids for t in ep.turns)
+        # The react loop sends history back unchanged: every turn merges into one segment.
+        assert len(ep.segments) == 1 and ep.reset_reasons == {}
+        sampled = [
+            x for s, m in zip(ep.segments[0].tokens, ep.segments[0].loss_mask) if m for x in [s]
+        ]
+        assert sampled == [i for t in ep.turns for i in t.completion_ids]
