@@ -14,6 +14,7 @@ isolated sandboxes reach through their bridge (decision 8).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
@@ -116,11 +117,9 @@ class HarnessPod:
                 await self._serving
             self._server = None
         if self.socket_path:
-            for p in (self.socket_path, os.path.dirname(self.socket_path)):
-                try:
-                    os.remove(p) if p == self.socket_path else os.rmdir(p)
-                except OSError:
-                    pass
+            with contextlib.suppress(OSError):
+                os.remove(self.socket_path)
+                os.rmdir(os.path.dirname(self.socket_path))
 
     def ready(self) -> str:
         return self.pod_id
@@ -186,7 +185,8 @@ class HarnessPod:
             )
         if chat.model and chat.model != self.model:
             raise ProtocolError(
-                404, f"model: unknown model {chat.model!r}; this proxy serves {self.model!r}",
+                404,
+                f"model: unknown model {chat.model!r}; this proxy serves {self.model!r}",
                 "model",
             )
         if state.max_tokens is not None and (

@@ -53,25 +53,36 @@ def main(config: RunConfig) -> int:
     print(f"[forge] Ray: {mode} cluster; run directory {run_dir}", flush=True)
     t0 = time.perf_counter()
     policy = deploy_policy(config.policy)
-    print(f"[forge] Policy ready ({config.policy.engine.name}:{config.policy.engine.model}) "
-          f"in {time.perf_counter() - t0:.1f}s", flush=True)
-    pod = ray.remote(HarnessPod).options(num_cpus=0.5).remote(
-        policy,
-        pod_id="pod-0",
-        run=config.name,
-        model=config.policy.engine.model,
-        proxy=config.proxy.model_dump(),
-        sandbox=config.sandbox.model_dump(),
+    print(
+        f"[forge] Policy ready ({config.policy.engine.name}:{config.policy.engine.model}) "
+        f"in {time.perf_counter() - t0:.1f}s",
+        flush=True,
+    )
+    pod = (
+        ray.remote(HarnessPod)
+        .options(num_cpus=0.5)
+        .remote(
+            policy,
+            pod_id="pod-0",
+            run=config.name,
+            model=config.policy.engine.model,
+            proxy=config.proxy.model_dump(),
+            sandbox=config.sandbox.model_dump(),
+        )
     )
     ray.get(pod.start.remote())
     rewards = []
     for task in tasks:
         episode_id = uuid.uuid4().hex[:16]
-        print(f"[forge] episode {episode_id}: task {task.id} in harness {config.harness} ...",
-              flush=True)
+        print(
+            f"[forge] episode {episode_id}: task {task.id} in harness {config.harness} ...",
+            flush=True,
+        )
         ep: Episode = ray.get(
             pod.run_episode.remote(
-                task.model_dump(), config.harness, episode_id=episode_id,
+                task.model_dump(),
+                config.harness,
+                episode_id=episode_id,
                 temperature=config.temperature,
             )
         )
@@ -79,11 +90,17 @@ def main(config: RunConfig) -> int:
         rewards.append(ep.reward)
         tokens = sum(len(t.completion_ids) for t in ep.turns)
         status = ep.status if ep.failure is None else f"failed ({ep.failure})"
-        print(f"[forge]   {status}, reward {ep.reward:.2f}, {len(ep.turns)} turns, "
-              f"{tokens} sampled tokens, {len(ep.segments)} segment(s), "
-              f"{ep.duration_s:.1f}s", flush=True)
+        print(
+            f"[forge]   {status}, reward {ep.reward:.2f}, {len(ep.turns)} turns, "
+            f"{tokens} sampled tokens, {len(ep.segments)} segment(s), "
+            f"{ep.duration_s:.1f}s",
+            flush=True,
+        )
     ray.get(pod.stop.remote())
     mean = sum(rewards) / len(rewards)
-    print(f"[forge] done: {len(rewards)} episode(s), mean reward {mean:.2f}; "
-          f"episodes in {run_dir / 'episodes.jsonl'}", flush=True)
+    print(
+        f"[forge] done: {len(rewards)} episode(s), mean reward {mean:.2f}; "
+        f"episodes in {run_dir / 'episodes.jsonl'}",
+        flush=True,
+    )
     return 0

@@ -29,7 +29,9 @@ LOG_TAIL = 4000  # characters of harness output kept on the episode
 SANDBOX_SLACK_S = 60.0  # the sandbox outlives the harness timeout by this much (verification)
 
 
-def failure_reason(result: ExecResult | None, proxy_errors: list[str], rejected: dict) -> str | None:
+def failure_reason(
+    result: ExecResult | None, proxy_errors: list[str], rejected: dict[str, int]
+) -> str | None:
     if result is None:
         return "sandbox_error"
     if result.timed_out:

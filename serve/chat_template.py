@@ -69,12 +69,8 @@ def render(messages: list[Message], tools: list[Tool], add_generation_prompt: bo
                 i += 1
             out.append("<|im_start|>user\n" + "\n".join(blocks) + "<|im_end|>\n")
             continue
-        if m.role == "assistant":
-            body = render_assistant(m.content, m.tool_calls)
-        else:
-            body = m.content
-        role = "system" if m.role == "system" else m.role
-        out.append(f"<|im_start|>{role}\n{body}<|im_end|>\n")
+        body = render_assistant(m.content, m.tool_calls) if m.role == "assistant" else m.content
+        out.append(f"<|im_start|>{m.role}\n{body}<|im_end|>\n")
         i += 1
     if add_generation_prompt:
         out.append("<|im_start|>assistant\n")

@@ -90,7 +90,13 @@ def _smollm2_dir() -> Path:
 
     log.info("converting %s to a Hugging Face checkpoint in %s (once)", SMOLLM2_GGUF, target)
     tok = AutoTokenizer.from_pretrained(src, gguf_file=SMOLLM2_GGUF)
-    model = AutoModelForCausalLM.from_pretrained(src, gguf_file=SMOLLM2_GGUF)
+    try:  # transformers 5 keeps GGUF weights packed (unsaveable) unless told to unpack them
+        from transformers import GgufConfig
+
+        dense: dict[str, Any] = {"quantization_config": GgufConfig(dequantize=True)}
+    except ImportError:  # older releases always unpack
+        dense = {}
+    model = AutoModelForCausalLM.from_pretrained(src, gguf_file=SMOLLM2_GGUF, **dense)
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)

@@ -52,7 +52,8 @@ class PolicyFrontend:
     ) -> Completion:
         if chat.model and chat.model != self.model:
             raise ProtocolError(
-                404, f"model: unknown model {chat.model!r}; this server serves {self.model!r}",
+                404,
+                f"model: unknown model {chat.model!r}; this server serves {self.model!r}",
                 "model",
             )
         chat.script = self.script

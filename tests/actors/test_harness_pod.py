@@ -73,7 +73,7 @@ def test_sdks_through_proxy_are_recorded_token_for_token(oracle):
     stream = oa.responses.create(
         model="tiny", input="hi", tools=[{"type": "function", **TOOL["function"]}], stream=True
     )
-    completed = [e for e in stream if e.type == "response.completed"][0].response
+    completed = next(e for e in stream if e.type == "response.completed").response
     an = anthropic.Anthropic(base_url=base, api_key=info["api_key"])
     tool = {"name": "shell", "input_schema": TOOL["function"]["parameters"]}
     msg = an.messages.create(

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Set up OpenForge on a fresh machine: .venv at the repository root with everything the run and
+# the tests need. Safe to rerun: it reinstalls only when pyproject.toml changed.
+#   FORGE_TORCH_INDEX=URL  where to take torch 2.13.0 from, when the default index would give a
+#                          CUDA build on a machine without a GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+log() { printf '[setup] %s\n' "$*"; }
+
+# bubblewrap isolates local sandboxes (optional: without it harnesses run unisolated, with a warning)
+if ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    log "installing bubblewrap (apt)"
+    (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null) || log "bubblewrap not installed: sandboxes will not be isolated"
+  else
+    log "bubblewrap not found and cannot install it here: sandboxes will not be isolated"
+  fi
+fi
+
+[ -x .venv/bin/python ] || { log "creating .venv"; "$PY" -m venv .venv; }
+VPY=.venv/bin/python
+stamp=.venv/.forge-setup
+want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  log "up to date"
+  exit 0
+fi
+"$VPY" -m pip install -q --upgrade pip
+
+if ! "$VPY" -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" 2>/dev/null; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    log "GPU found: installing torch 2.13.0"
+    "$VPY" -m pip install -q torch==2.13.0
+  else
+    log "no GPU: installing torch 2.13.0 (CPU build)"
+    "$VPY" -m pip install -q ${FORGE_TORCH_INDEX:+--index-url "$FORGE_TORCH_INDEX"} torch==2.13.0
+    if "$VPY" -c "import torch, sys; sys.exit(0 if torch.version.cuda else 1)"; then
+      log "ERROR: pip gave a CUDA build of torch on a machine without a GPU."
+      log "Set FORGE_TORCH_INDEX to an index of CPU wheels and rerun."
+      exit 1
+    fi
+  fi
+fi
+log "installing openforge and its test dependencies"
+"$VPY" -m pip install -q -e ".[dev]"
+echo "$want" > "$stamp"
+log "done: $("$VPY" -c 'import torch, ray; print(f"torch {torch.__version__}, ray {ray.__version__}")')"
