@@ -182,7 +182,6 @@ def test_react_episode_oracle_gets_1_and_noop_gets_0(oracle, noop):
         assert all(t.completion_ids and t.prompt_ids for t in ep.turns)
         # The react loop sends history back unchanged: every turn merges into one segment.
         assert len(ep.segments) == 1 and ep.reset_reasons == {}
-        sampled = [
-            x for s, m in zip(ep.segments[0].tokens, ep.segments[0].loss_mask) if m for x in [s]
-        ]
+        seg = ep.segments[0]
+        sampled = [tok for tok, m in zip(seg.tokens, seg.loss_mask, strict=True) if m]
         assert sampled == [i for t in ep.turns for i in t.completion_ids]

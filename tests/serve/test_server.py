@@ -1,4 +1,5 @@
-"""``forge serve``'s app over a real Serve Policy, driven by the official OpenAI and Anthropic SDKs."""
+"""``forge serve``'s app over a real Serve Policy, driven by the official OpenAI and Anthropic
+SDKs."""
 
 from __future__ import annotations
 
