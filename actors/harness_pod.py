@@ -18,7 +18,6 @@ import contextlib
 import logging
 import os
 import secrets
-import socket
 import tempfile
 import time
 import uuid
@@ -75,35 +74,37 @@ class HarnessPod:
         self.socket_path: str | None = None
         self._attempts: dict[tuple[str, int], AttemptState] = {}
         self._ended: OrderedDict[tuple[str, int], None] = OrderedDict()
-        self._server: uvicorn.Server | None = None
-        self._serving: asyncio.Task[None] | None = None
+        self._servers: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
 
     # -- the proxy server -------------------------------------------------------------------
 
     async def start(self, port: int = 0) -> str:
         """Start serving on ``host:port`` (0 picks a free port) and on a private Unix socket."""
-        if self._server is not None:
+        if self._servers:
             return self.address()
         routes = protocol_routes(ATTEMPT_PREFIX, self, self.proxy_config.max_body_bytes)
         app = build_app(routes)
-        tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        tcp.bind((self.host, port))
-        self.port = tcp.getsockname()[1]
-        sock_dir = tempfile.mkdtemp(prefix="forge-pod-")
-        self.socket_path = os.path.join(sock_dir, "proxy.sock")
-        uds = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        uds.bind(self.socket_path)
+        self.socket_path = os.path.join(tempfile.mkdtemp(prefix="forge-pod-"), "proxy.sock")
+        # Two servers on one loop: uvicorn binds each itself (sockets handed to it lose
+        # TCP_NODELAY, which costs ~40 ms per call to delayed ACKs).
+        listen: list[dict[str, Any]] = [
+            {"host": self.host, "port": port},
+            {"uds": self.socket_path},
+        ]
+        self._servers = []
+        for where in listen:
+            config = uvicorn.Config(
+                app, log_level="warning", access_log=False, lifespan="off", **where
+            )
+            server = uvicorn.Server(config)
+            task = asyncio.create_task(server.serve())
+            while not server.started:
+                if task.done():
+                    task.result()
+                await asyncio.sleep(0.01)
+            self._servers.append((server, task))
+        self.port = self._servers[0][0].servers[0].sockets[0].getsockname()[1]
         os.chmod(self.socket_path, 0o666)
-        config = uvicorn.Config(
-            app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=30
-        )
-        self._server = uvicorn.Server(config)
-        self._serving = asyncio.create_task(self._server.serve(sockets=[tcp, uds]))
-        while not self._server.started:
-            if self._serving.done():
-                self._serving.result()
-            await asyncio.sleep(0.01)
         log.info("pod %s proxy on %s and %s", self.pod_id, self.address(), self.socket_path)
         return self.address()
 
@@ -111,11 +112,10 @@ class HarnessPod:
         return f"http://{self.host}:{self.port}"
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-            if self._serving is not None:
-                await self._serving
-            self._server = None
+        for server, task in self._servers:
+            server.should_exit = True
+            await task
+        self._servers = []
         if self.socket_path:
             with contextlib.suppress(OSError):
                 os.remove(self.socket_path)
@@ -239,7 +239,7 @@ class HarnessPod:
         temperature: float | None = None,
     ) -> Episode:
         """Play one attempt of ``task`` with ``harness`` in a fresh sandbox; return the Episode."""
-        if self._server is None:
+        if not self._servers:
             await self.start()
         return await run_attempt(
             self,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import socket
 import threading
 import time
 from typing import Any
@@ -80,14 +79,13 @@ class BackgroundServer:
 
     def __init__(self, app: Starlette, host: str = "127.0.0.1") -> None:
         self.host = host
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind((host, 0))
-        self.port = self._sock.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+        self.port = 0
+        config = uvicorn.Config(
+            app, host=host, port=0, log_level="warning", access_log=False, lifespan="off"
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
-            target=lambda: asyncio.run(self._server.serve(sockets=[self._sock])), daemon=True
+            target=lambda: asyncio.run(self._server.serve()), daemon=True
         )
 
     @property
@@ -100,6 +98,7 @@ class BackgroundServer:
             if not self._thread.is_alive():
                 raise RuntimeError("server thread died on start")
             time.sleep(0.01)
+        self.port = self._server.servers[0].sockets[0].getsockname()[1]
         return self.url
 
     def __exit__(self, *exc: object) -> None:

@@ -246,20 +246,20 @@ def assert_turn_extends(
     tools: list[Tool],
     completion: str,
     results: list[str],
-) -> None:
-    """Parse ``completion``, re-render with it and its results, and check the token prefix."""
+) -> list[Message]:
+    """Parse ``completion``, re-render with it and its results, check the token prefix, and
+    return the new conversation."""
     content, calls = parse_tool_calls(completion) if tools else (completion, [])
     new = [*prev, Message("assistant", content, tool_calls=calls)]
     if calls:
-        new += [
-            Message("tool", r, tool_call_id=c.id) for c, r in zip(calls, results, strict=True)
-        ]
+        new += [Message("tool", r, tool_call_id=c.id) for c, r in zip(calls, results, strict=True)]
     else:
         new.append(Message("user", results[0]))
     before = encode(tok, render(prev, tools)) + encode(tok, completion) + [tok.eos_token_id]
     after = encode(tok, render(new, tools))
     assert after[: len(before)] == before
     assert len(after) > len(before)
+    return new
 
 
 CASES = [
@@ -285,16 +285,10 @@ def test_completion_then_tool_result_extends_the_prompt_token_for_token(
     completion = render_assistant(content, calls)
     prev = [Message("system", "You are a coder."), Message("user", "Fix the build.")]
     results = [f"result {i}\nline two" for i in range(max(1, len(calls)))]
-    assert_turn_extends(tok, prev, [SHELL, WRITE], completion, results)
+    after_first = assert_turn_extends(tok, prev, [SHELL, WRITE], completion, results)
     # A second turn on top of the first also extends it.
-    content2, calls2 = parse_tool_calls(completion)
-    prev2 = [*prev, Message("assistant", content2, tool_calls=calls2)]
-    if calls2:
-        prev2 += [Message("tool", r, tool_call_id=c.id) for c, r in zip(calls2, results)]
-    else:
-        prev2.append(Message("user", results[0]))
     follow = render_assistant("", [call("shell", {"command": "make test"})])
-    assert_turn_extends(tok, prev2, [SHELL, WRITE], follow, ["ok"])
+    assert_turn_extends(tok, after_first, [SHELL, WRITE], follow, ["ok"])
 
 
 def test_plain_answer_without_tools_extends_the_prompt(tok: Any) -> None:
@@ -325,11 +319,8 @@ def test_prefix_property_holds_for_generated_completions(
     calls = [call(n, a, f"c{i}") for i, (n, a) in enumerate(specs)]
     completion = render_assistant(content, calls)
     parsed_content, parsed = parse_tool_calls(completion)
-    assert [(c.name, json.loads(c.arguments)) for c in parsed] == [
-        (n, a) for n, a in specs
-    ]
+    assert [(c.name, json.loads(c.arguments)) for c in parsed] == [(n, a) for n, a in specs]
     if calls:
         assert parsed_content == content
     prev = [Message("user", "do it")]
     assert_turn_extends(tok, prev, [SHELL, WRITE], completion, [result] * max(1, len(calls)))
-

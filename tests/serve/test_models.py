@@ -124,9 +124,10 @@ def test_checkpoint_round_trip_by_path(tiny: tuple[Any, Any], tmp_path: Path) ->
     assert not same_weights(tiny[0], loaded)
     assert not loaded.training
     text = "<|im_start|>user\nhé <tool_call><|im_end|>"
-    assert ltok(text, add_special_tokens=False).input_ids == tok(
-        text, add_special_tokens=False
-    ).input_ids
+    assert (
+        ltok(text, add_special_tokens=False).input_ids
+        == tok(text, add_special_tokens=False).input_ids
+    )
     assert ltok.eos_token_id == tok.eos_token_id
     assert ltok.pad_token_id == tok.pad_token_id
     # Same weights, same function.
@@ -142,7 +143,7 @@ def test_unknown_model_is_a_value_error_naming_it(name: str) -> None:
 
 
 def test_directory_without_config_is_a_value_error(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="config.json"):
+    with pytest.raises(ValueError, match=r"config\.json"):
         load_model(str(tmp_path))
 
 

@@ -134,7 +134,7 @@ def test_noop_and_no_script_never_call_tools(mode: str, script: dict[str, Any] |
 
 
 def test_unknown_mode_is_rejected() -> None:
-    with pytest.raises(ValueError, match="engine.mode"):
+    with pytest.raises(ValueError, match=r"engine\.mode"):
         ScriptedEngine(mode="psychic")
 
 

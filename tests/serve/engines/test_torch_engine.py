@@ -38,7 +38,9 @@ def run(engine: TorchEngine, requests: list[EngineRequest]) -> list[EngineOutput
     return asyncio.run(engine.generate(requests))
 
 
-def recompute_logprobs(engine: TorchEngine, prompt: list[int], completion: list[int]) -> list[float]:
+def recompute_logprobs(
+    engine: TorchEngine, prompt: list[int], completion: list[int]
+) -> list[float]:
     """The model's log-probability of each completion token, from one plain forward pass."""
     full = torch.tensor([prompt + completion])
     with torch.no_grad():
@@ -89,8 +91,10 @@ def test_seeded_sampling_is_reproducible_and_seeds_differ(engine: TorchEngine) -
     # Same seed again, in a different batch (other row, other padding): same tokens.
     again = run(
         engine,
-        [req(other, temperature=1.0, max_tokens=5, seed=1), req(prompt, temperature=1.0,
-                                                                 max_tokens=24, seed=7)],
+        [
+            req(other, temperature=1.0, max_tokens=5, seed=1),
+            req(prompt, temperature=1.0, max_tokens=24, seed=7),
+        ],
     )
     assert again[1].completion_ids == first[0].completion_ids
     assert first[0].completion_ids != first[1].completion_ids
