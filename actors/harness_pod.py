@@ -75,6 +75,7 @@ class HarnessPod:
         self._attempts: dict[tuple[str, int], AttemptState] = {}
         self._ended: OrderedDict[tuple[str, int], None] = OrderedDict()
         self._servers: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
+        self.sandboxes: set[Any] = set()  # live sandboxes, destroyed on stop
 
     # -- the proxy server -------------------------------------------------------------------
 
@@ -112,6 +113,9 @@ class HarnessPod:
         return f"http://{self.host}:{self.port}"
 
     async def stop(self) -> None:
+        """Destroy live sandboxes (killing their processes), then stop serving."""
+        for sandbox in list(self.sandboxes):
+            await asyncio.to_thread(sandbox.destroy)
         for server, task in self._servers:
             server.should_exit = True
             await task

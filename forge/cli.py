@@ -6,8 +6,11 @@ import argparse
 import logging
 import os
 import sys
+from pathlib import Path
 
 from forge.config import ConfigError, EngineConfig, PolicyConfig, load_config
+
+QUICKSTART = Path(__file__).resolve().parent.parent / "examples" / "quickstart.yaml"
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -48,12 +51,31 @@ def _run(args: argparse.Namespace) -> int:
     path, overrides = args.config, list(args.overrides)
     if path is not None and "=" in path and not os.path.exists(path):
         path, overrides = None, [path, *overrides]  # `forge run key=value ...`
+    if args.resume:
+        if path is not None:
+            print("forge run: give either a config or --resume RUN_DIR", file=sys.stderr)
+            return 2
+        path = os.path.join(args.resume, "config.yaml")
+        if not os.path.exists(path):
+            print(f"forge run: --resume: no config.yaml in {args.resume}", file=sys.stderr)
+            return 2
+    elif path is None and QUICKSTART.exists():
+        path = str(QUICKSTART)
     try:
         config = load_config(path, overrides)
     except ConfigError as e:
         print(f"forge run: {e}", file=sys.stderr)
         return 2
-    return run_main(config)
+    if args.resume:
+        # The run directory is where it was found, whatever the config says.
+        resume_dir = os.path.normpath(args.resume)
+        config = config.model_copy(
+            update={
+                "runs_dir": os.path.dirname(resume_dir) or ".",
+                "name": os.path.basename(resume_dir),
+            }
+        )
+    return run_main(config, resume=bool(args.resume))
 
 
 def _tasks(args: argparse.Namespace) -> int:
@@ -78,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a job from a config (default: the quickstart)")
     run.add_argument("config", nargs="?", help="YAML config file")
     run.add_argument("overrides", nargs="*", help="key=value overrides, e.g. policy.replicas=2")
+    run.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
     run.set_defaults(func=_run)
 
     srv = sub.add_parser("serve", help="serve a model over HTTP on 127.0.0.1")

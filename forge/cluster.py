@@ -8,18 +8,13 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-# A local cluster binds to loopback only and needs no auth token (see README).
-LOCAL_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled"}
-
 
 def init_ray(address: str | None = None, num_cpus: int | None = None, **kwargs: Any) -> str:
     """Join ``address`` (or ``RAY_ADDRESS``, or a cluster started with ``ray start``); else
     start a local cluster bound to 127.0.0.1 (always, with ``address="local"``).
     Returns ``"joined"`` or ``"local"``."""
-    import ray
+    import ray  # after forge/__init__.py set the loopback-only environment
 
-    for key, value in LOCAL_ENV.items():
-        os.environ.setdefault(key, value)
     if ray.is_initialized():
         return "joined"
     address = address or os.environ.get("RAY_ADDRESS")

@@ -42,6 +42,11 @@ class PolicyConfig(_Strict):
     default_max_tokens: int = Field(
         512, ge=1, description="max_tokens when a request does not say."
     )
+    weight_store: str | None = Field(
+        None,
+        description="Named WeightStore actor the replicas take new weights from (set by "
+        "`forge run`; None for a fixed model).",
+    )
 
 
 class ProxyConfig(_Strict):
@@ -61,6 +66,35 @@ class SandboxConfig(_Strict):
     )
 
 
+class RolloutConfig(_Strict):
+    group_size: int = Field(4, ge=1, description="Attempts per task in a GRPO group (n).")
+    groups_per_step: int = Field(4, ge=1, description="Groups the trainer takes per step.")
+    mode: Literal["sync", "async"] = Field(
+        "sync",
+        description="sync: collect with the current weights, then train (on-policy). async: "
+        "collection overlaps training, bounded by max_staleness.",
+    )
+    max_staleness: int = Field(
+        1, ge=0, description="Most policy versions a trained group may lag behind the trainer."
+    )
+    min_pods: int = Field(1, ge=0, description="HarnessPods kept alive when idle.")
+    max_pods: int = Field(4, ge=1, description="Most HarnessPods (concurrent attempts).")
+    pod_idle_s: float = Field(30.0, gt=0, description="Idle time before an extra pod is retired.")
+    pod_num_cpus: float = Field(0.25, gt=0, description="CPUs reserved per HarnessPod actor.")
+    max_retries: int = Field(
+        2,
+        ge=0,
+        description="Retries of a failed attempt in a fresh sandbox before its group is dropped.",
+    )
+    attempt_timeout_s: float = Field(
+        600.0, gt=0, description="Wall-clock bound on one attempt, sandbox start to verdict."
+    )
+    buffer_capacity: int = Field(
+        64, ge=1, description="Groups the ReplayBuffer holds before collection pauses."
+    )
+    seed: int = Field(0, description="Seed for the order tasks are drawn in.")
+
+
 class RunConfig(_Strict):
     name: str = Field("quickstart", description="Run name; outputs go to runs/<name>/.")
     runs_dir: str = Field("runs", description="Folder that holds run directories.")
@@ -73,6 +107,18 @@ class RunConfig(_Strict):
         default_factory=list, description="Only these tasks of the suite (all when empty)."
     )
     temperature: float = Field(1.0, ge=0, description="Sampling temperature for harness calls.")
+    rollout: RolloutConfig = Field(
+        default_factory=RolloutConfig, description="Collection: groups, pods, retries."
+    )
+    steps: int = Field(20, ge=0, description="Trainer steps to run.")
+    eval_every: int = Field(0, ge=0, description="Evaluate every k steps (0: never).")
+    eval_tasks: str | None = Field(
+        None, description="Suite to evaluate on (default: the training suite)."
+    )
+    eval_temperature: float = Field(0.0, ge=0, description="Sampling temperature in evaluation.")
+    checkpoint_every: int = Field(
+        0, ge=0, description="Checkpoint every k steps (0: only at the end)."
+    )
 
     @property
     def run_dir(self) -> Path:

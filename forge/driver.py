@@ -1,106 +1,215 @@
-"""The driver behind ``forge run``.
+"""The driver behind ``forge run``: build the actors, then collect -> train -> publish -> evaluate.
 
-For now it builds the serving spine and plays recorded episodes: Policy (Serve) -> HarnessPod
-(proxy + sandbox) -> harness -> verifier, and writes every episode to ``runs/<name>/``. The
-training loop (Scheduler, ReplayBuffer, Trainer, WeightSync) plugs in here next.
+    policy   = Policy (Ray Serve), taking weights from a WeightStore
+    buffer   = ReplayBuffer (groups as object refs; every episode on disk at once)
+    trainer  = Trainer (GRPO on the recorded tokens)
+    scheduler= Scheduler (tasks -> groups -> HarnessPods -> episodes)
+    for step: groups = collect(); train(groups); publish(weights); maybe evaluate; log
+
+Synchronous mode collects each step's groups with the current weights (on-policy); asynchronous
+mode keeps collection running ``max_staleness`` steps ahead while the trainer works.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+import sys
 import time
 import uuid
+from pathlib import Path
+from typing import Any
 
+import ray
 import yaml
 
 from forge.cluster import init_ray
 from forge.config import RunConfig
-from forge.types import Episode
+from forge.progress import Progress
+from forge.sandboxes.orphans import reap_orphans
 from tasks.loader import TaskError, load_suite
 
-
-def select_tasks(config: RunConfig) -> list:
-    tasks = load_suite(config.tasks)
-    if not config.task_ids:
-        return tasks[:1]
-    by_id = {t.id: t for t in tasks}
-    missing = [i for i in config.task_ids if i not in by_id]
-    if missing:
-        raise TaskError(f"task_ids: not in suite {config.tasks!r}: {', '.join(missing)}")
-    return [by_id[i] for i in config.task_ids]
+log = logging.getLogger(__name__)
+STATE_FILE = "trainer_state.json"
 
 
-def write_episode(run_dir, episode: Episode) -> None:
-    with open(run_dir / "episodes.jsonl", "a") as f:
-        f.write(json.dumps(episode.to_dict()) + "\n")
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    ckpts = [p for p in (run_dir / "checkpoints").glob("step_*") if (p / STATE_FILE).exists()]
+    return max(ckpts, key=lambda p: int(p.name.split("_")[1]), default=None)
 
 
-def main(config: RunConfig) -> int:
-    import ray
+class Run:
+    """The actors of one run and the four verbs of its loop."""
 
-    from actors.harness_pod import HarnessPod
-    from serve.policy import deploy_policy
-
-    try:
-        tasks = select_tasks(config)
-    except TaskError as e:
-        print(f"forge run: {e}")
-        return 2
-    run_dir = config.run_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(), sort_keys=False))
-    mode = init_ray()
-    print(f"[forge] Ray: {mode} cluster; run directory {run_dir}", flush=True)
-    t0 = time.perf_counter()
-    policy = deploy_policy(config.policy)
-    print(
-        f"[forge] Policy ready ({config.policy.engine.name}:{config.policy.engine.model}) "
-        f"in {time.perf_counter() - t0:.1f}s",
-        flush=True,
-    )
-    pod = (
-        ray.remote(HarnessPod)
-        .options(num_cpus=0.5)
-        .remote(
-            policy,
-            pod_id="pod-0",
-            run=config.name,
-            model=config.policy.engine.model,
-            proxy=config.proxy.model_dump(),
-            sandbox=config.sandbox.model_dump(),
-        )
-    )
-    ray.get(pod.start.remote())
-    rewards = []
-    for task in tasks:
-        episode_id = uuid.uuid4().hex[:16]
+    def __init__(self, config: RunConfig, resume: bool = False) -> None:
+        self.config = config
+        self.dir = config.run_dir
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(), sort_keys=False))
+        self.tasks = [t.model_dump() for t in load_suite(config.tasks)]
+        if config.task_ids:
+            self.tasks = [t for t in self.tasks if t["id"] in set(config.task_ids)]
+        eval_suite = config.eval_tasks or config.tasks
+        self.eval_tasks = [t.model_dump() for t in load_suite(eval_suite)]
+        r = config.rollout
+        needed = config.policy.replicas * config.policy.num_cpus + 2 + r.max_pods * r.pod_num_cpus
+        mode = init_ray(num_cpus=max(os.cpu_count() or 1, int(needed) + 1))
+        reaped = reap_orphans(config.sandbox.root, run=config.name)
         print(
-            f"[forge] episode {episode_id}: task {task.id} in harness {config.harness} ...",
+            f"[forge] Ray: {mode} cluster; run {config.name} in {self.dir}"
+            + (f"; reaped {reaped} orphaned sandbox(es)" if reaped else ""),
             flush=True,
         )
-        ep: Episode = ray.get(
-            pod.run_episode.remote(
-                task.model_dump(),
-                config.harness,
-                episode_id=episode_id,
-                temperature=config.temperature,
+        from actors.trainer import Trainer
+
+        from actors.replay_buffer import ReplayBuffer
+        from actors.scheduler import Scheduler
+        from serve.policy import deploy_policy
+        from serve.weight_sync import ObjectStoreWeightSync, WeightStore
+
+        store_name = f"forge-weights-{config.name}-{uuid.uuid4().hex[:6]}"
+        store = ray.remote(WeightStore).options(name=store_name, num_cpus=0).remote()
+        policy_config = config.policy.model_copy(update={"weight_store": store_name})
+        t0 = time.perf_counter()
+        self.policy = deploy_policy(policy_config, app_name="forge-policy")
+        print(
+            f"[forge] Policy ready: {config.policy.replicas} replica(s) of "
+            f"{config.policy.engine.name}:{config.policy.engine.model} "
+            f"({time.perf_counter() - t0:.1f}s)",
+            flush=True,
+        )
+        self.sync = ObjectStoreWeightSync(store, config.policy.replicas)
+        self.buffer = (
+            ray.remote(ReplayBuffer)
+            .options(num_cpus=0)
+            .remote(str(self.dir), r.buffer_capacity, r.max_staleness)
+        )
+        self.trainer = (
+            ray.remote(Trainer)
+            .options(num_cpus=1)
+            .remote(
+                config.trainer.model_dump(),
+                model=config.policy.engine.model,
+                seed=config.policy.engine.seed,
+                run_dir=str(self.dir),
             )
         )
-        write_episode(run_dir, ep)
-        rewards.append(ep.reward)
-        tokens = sum(len(t.completion_ids) for t in ep.turns)
-        status = ep.status if ep.failure is None else f"failed ({ep.failure})"
-        print(
-            f"[forge]   {status}, reward {ep.reward:.2f}, {len(ep.turns)} turns, "
-            f"{tokens} sampled tokens, {len(ep.segments)} segment(s), "
-            f"{ep.duration_s:.1f}s",
-            flush=True,
+        self.scheduler = (
+            ray.remote(Scheduler)
+            .options(num_cpus=0)
+            .remote(config.model_dump(), self.policy, self.buffer, self.tasks)
         )
-    ray.get(pod.stop.remote())
-    mean = sum(rewards) / len(rewards)
-    print(
-        f"[forge] done: {len(rewards)} episode(s), mean reward {mean:.2f}; "
-        f"episodes in {run_dir / 'episodes.jsonl'}",
-        flush=True,
-    )
-    return 0
+        self.step, self.version, self.requested, self.lost = 0, 0, 0, 0
+        ckpt = latest_checkpoint(self.dir) if resume else None
+        if ckpt is not None:
+            ray.get(self.trainer.load_checkpoint.remote(str(ckpt)))
+            self.step = json.loads((ckpt / STATE_FILE).read_text())["step"]
+            self.publish()
+            print(f"[forge] resumed from {ckpt} (step {self.step}, version {self.version})")
+        ray.get(self.scheduler.start.remote())
+        if r.mode == "async":
+            self.request(r.groups_per_step * (r.max_staleness + 1))
+
+    def request(self, groups: int) -> None:
+        self.requested += groups
+        self.scheduler.request.remote(groups)
+
+    def collect(self, progress: Progress) -> list[Any]:
+        """This step's groups, as ``[ObjectRef]`` boxes (never fetched to the driver)."""
+        k = self.config.rollout.groups_per_step
+        if self.config.rollout.mode == "sync":
+            self.request(k)
+            pending = self.scheduler.wait_settled.remote(self.requested)
+            while not ray.wait([pending], timeout=0.5)[0]:
+                progress.collecting(ray.get(self.scheduler.stats.remote()))
+            settled = ray.get(pending)
+            available = settled["groups_buffered"] - self.sampled_total()
+            return ray.get(self.buffer.sample.remote(available, self.version, 60.0))
+        boxes_ref = self.buffer.sample.remote(k, self.version, 3600.0)
+        while not ray.wait([boxes_ref], timeout=0.5)[0]:
+            progress.collecting(ray.get(self.scheduler.stats.remote()))
+        boxes = ray.get(boxes_ref)
+        stats = ray.get(self.buffer.stats.remote())
+        lost = stats["groups_dropped"] + stats["groups_evicted_stale"] - self.lost
+        self.lost += lost
+        self.request(len(boxes) + lost)  # keep max_staleness steps of groups in flight
+        return boxes
+
+    def sampled_total(self) -> int:
+        return ray.get(self.buffer.stats.remote())["groups_sampled"]
+
+    def train(self, boxes: list[Any]) -> dict[str, Any]:
+        return ray.get(self.trainer.train_on.remote(boxes))
+
+    def publish(self) -> dict[str, float]:
+        self.version = ray.get(self.trainer.get_version.remote())
+        timing = self.sync.publish(self.trainer.get_weights.remote(), self.version)
+        ray.get(self.scheduler.set_version.remote(self.version))
+        return timing
+
+    def evaluate(self) -> dict[str, float]:
+        episodes = ray.get(
+            self.scheduler.evaluate.remote(self.eval_tasks, self.config.eval_temperature)
+        )
+        out = self.dir / "eval" / f"step_{self.step}.jsonl"
+        out.parent.mkdir(exist_ok=True)
+        with open(out, "w") as f:
+            for ep in episodes:
+                f.write(json.dumps(ep.to_dict()) + "\n")
+        passed = sum(1 for ep in episodes if ep.status == "ok" and ep.reward >= 1.0)
+        return {
+            "eval_pass_rate": passed / max(1, len(self.eval_tasks)),
+            "eval_reward_mean": sum(ep.reward for ep in episodes) / max(1, len(episodes)),
+        }
+
+    def checkpoint(self) -> str:
+        path = self.dir / "checkpoints" / f"step_{self.step}"
+        return ray.get(self.trainer.save_checkpoint.remote(str(path)))
+
+    def shutdown(self) -> dict[str, Any]:
+        stats = ray.get(self.scheduler.stop.remote())
+        ray.get(self.buffer.close.remote())
+        return stats
+
+
+def main(config: RunConfig, resume: bool = False) -> int:
+    try:
+        run = Run(config, resume=resume)
+    except TaskError as e:
+        print(f"forge run: {e}", file=sys.stderr)
+        return 2
+    progress = Progress(config, start_step=run.step)
+    metrics_file = open(run.dir / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115
+    interrupted = False
+    try:
+        while run.step < config.steps:
+            t0 = time.perf_counter()
+            groups = run.collect(progress)
+            collect_s = time.perf_counter() - t0
+            stats = run.train(groups)
+            stats.update(run.publish())
+            run.step += 1
+            if config.eval_every and run.step % config.eval_every == 0:
+                stats.update(run.evaluate())
+            if config.checkpoint_every and run.step % config.checkpoint_every == 0:
+                run.checkpoint()
+            record = progress.step(
+                run.step,
+                run.version,
+                stats,
+                collect_s,
+                ray.get(run.scheduler.stats.remote()),
+                ray.get(run.buffer.stats.remote()),
+            )
+            metrics_file.write(json.dumps(record) + "\n")
+    except KeyboardInterrupt:
+        interrupted = True
+        print("\n[forge] interrupted: stopping attempts, destroying sandboxes ...", flush=True)
+    finally:
+        if run.step > 0:
+            print(f"[forge] checkpoint: {run.checkpoint()}", flush=True)
+        final = run.shutdown()
+        metrics_file.close()
+        progress.summary(run.step, final)
+    return 130 if interrupted else 0

@@ -66,6 +66,7 @@ async def run_attempt(
         proxy_tcp=f"{pod.host}:{pod.port}",
     )
     sandbox = make_sandbox(pod.sandbox_config.backend, root=pod.sandbox_config.root)
+    pod.sandboxes.add(sandbox)
     info = pod.open_attempt(
         episode_id,
         attempt,
@@ -100,6 +101,11 @@ async def run_attempt(
     except Exception as e:  # the sandbox itself failed: a failed attempt, not a wrong answer
         log.exception("attempt %s/%s of %s: sandbox error", episode_id, attempt, task.id)
         error = f"{type(e).__name__}: {e}"
+    except asyncio.CancelledError:  # the run is stopping: leave nothing behind
+        pod.close_attempt(episode_id, attempt)
+        await asyncio.shield(asyncio.to_thread(sandbox.destroy))
+        pod.sandboxes.discard(sandbox)
+        raise
     state = pod.close_attempt(episode_id, attempt)
     failure = failure_reason(result, state.errors, state.rejected)
     try:
@@ -110,6 +116,7 @@ async def run_attempt(
         failure, error = "verifier_error", f"{type(e).__name__}: {e}"
     finally:
         await asyncio.to_thread(sandbox.destroy)
+        pod.sandboxes.discard(sandbox)
     segments, resets = assemble(state.turns)
     log_text = error or (result.stderr[-LOG_TAIL:] if result else "")
     if state.errors:

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from forge.sandboxes.base import Sandbox
-from rewards.answer import AnswerEquals, AnswerRegex
+from rewards.answer import AnswerChars, AnswerEquals, AnswerRegex
 from rewards.base import Verdict, Verifier, VerifierSpec
 from rewards.command import Command
 from rewards.common import AllOf, SpecError, VerifierModel, join_field
@@ -36,6 +36,7 @@ VERIFIERS: dict[str, type[VerifierModel]] = {
         Command,
         AnswerEquals,
         AnswerRegex,
+        AnswerChars,
     )
 }
 

@@ -70,3 +70,24 @@ class AnswerRegex(VerifierModel):
         if compile_pattern(self.pattern, self.flags).search(final_answer):
             return Verdict(1.0, f"answer matches {self.pattern!r}")
         return Verdict(0.0, f"answer {short(final_answer)} does not match {self.pattern!r}")
+
+
+class AnswerChars(VerifierModel):
+    """Partial credit: the share of the answer's non-space characters that are in ``chars``.
+
+    A dense reward meant for learning tests with tiny models (the ``toy`` suite): every sample
+    that uses more of the wanted characters scores a little higher.
+    """
+
+    kind: ClassVar[str] = "answer_chars"
+    chars: str = Field(min_length=1, description="The characters that earn credit.")
+    min_length: int = Field(
+        default=1, ge=1, description="Answers shorter than this (without spaces) score 0."
+    )
+
+    def verify(self, sandbox: Sandbox, final_answer: str | None) -> Verdict:
+        text = "".join((final_answer or "").split())
+        if len(text) < self.min_length:
+            return Verdict(0.0, f"answer {short(text)} shorter than {self.min_length}")
+        share = sum(1 for ch in text if ch in self.chars) / len(text)
+        return Verdict(share, f"{share:.0%} of the answer is in {self.chars!r}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from typing import Any
 
 from ray import serve
@@ -24,6 +25,7 @@ from forge.types import ChatRequest, Completion
 from serve.batching import MicroBatcher
 from serve.chat_template import parse_tool_calls, render
 from serve.engines import EngineOutput, EngineRequest, make_engine
+from serve.weight_sync import subscribe
 
 
 class Policy:
@@ -42,6 +44,11 @@ class Policy:
             self._generate_batch, self.config.max_batch_size, self.config.batch_wait_ms / 1000
         )
         self.stats = {"requests": 0, "batches": 0, "completion_tokens": 0}
+        self._subscriber: asyncio.Task[None] | None = None
+        if self.config.weight_store:
+            replica = f"policy-{uuid.uuid4().hex[:8]}"
+            loop = asyncio.get_running_loop()
+            self._subscriber = loop.create_task(subscribe(self, self.config.weight_store, replica))
 
     def model_name(self) -> str:
         return self.config.engine.model

@@ -15,6 +15,9 @@ import json
 import statistics
 import time
 
+import forge  # noqa: F401  (before ray: a loopback-only local cluster)
+
+# isort: split
 import httpx
 import ray
 

@@ -74,8 +74,8 @@ def _free_port() -> int:
 def test_forge_serve_answers_on_loopback() -> None:
     port = _free_port()
     proc = subprocess.Popen(
-        [*FORGE, "serve", "--engine", "scripted", "--task", "smoke/hello_file"]
-        + ["--port", str(port), "--num-cpus", "0.5"],
+        [*FORGE, "serve", "--engine", "scripted", "--task", "smoke/hello_file", "--port"]
+        + [str(port), "--num-cpus", "0.5"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env=_env(),

@@ -1,0 +1,89 @@
+"""The live progress display of ``forge run`` and the record each step writes to metrics.jsonl."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from forge.config import RunConfig
+
+
+class Progress:
+    def __init__(self, config: RunConfig, start_step: int = 0) -> None:
+        self.config = config
+        self.tty = sys.stdout.isatty()
+        self.t_start = time.perf_counter()
+        self.t_last = self.t_start
+        self.last_tokens = 0
+        self.last_episodes = 0
+        self.start_step = start_step
+        self.rewards: list[float] = []
+
+    def collecting(self, sched: dict[str, Any]) -> None:
+        if not self.tty:
+            return
+        line = (
+            f"  collecting: {sched['attempts_ok']} episodes done, {sched['queue']} queued, "
+            f"{sched['pods']} pods, {sched['groups_dropped']} groups dropped"
+        )
+        print("\r" + line.ljust(100), end="", flush=True)
+
+    def step(
+        self,
+        step: int,
+        version: int,
+        train: dict[str, Any],
+        collect_s: float,
+        sched: dict[str, Any],
+        buffer: dict[str, Any],
+    ) -> dict[str, Any]:
+        now = time.perf_counter()
+        dt = max(now - self.t_last, 1e-9)
+        episodes = sched["attempts_ok"] - self.last_episodes
+        tokens = sched["sampled_tokens"] - self.last_tokens
+        self.t_last, self.last_episodes, self.last_tokens = (
+            now,
+            sched["attempts_ok"],
+            sched["sampled_tokens"],
+        )
+        record = {
+            "step": step,
+            "policy_version": version,
+            "reward_mean": train.get("reward_mean", 0.0),
+            "pass_rate": train.get("pass_rate", 0.0),
+            "episodes": train.get("episodes", 0),
+            "groups": train.get("groups", 0),
+            "dropped_groups": buffer["groups_dropped"],
+            "evicted_stale_groups": buffer["groups_evicted_stale"],
+            "failed_attempts": sched["attempts_failed"],
+            "episodes_per_s": episodes / dt,
+            "tokens_per_s": tokens / dt,
+            "collect_s": collect_s,
+            "step_s": dt,
+            "elapsed_s": now - self.t_start,
+            **{k: v for k, v in train.items() if isinstance(v, (int, float))},
+        }
+        self.rewards.append(record["reward_mean"])
+        ev = f" | eval {record['eval_pass_rate']:.2f}" if "eval_pass_rate" in record else ""
+        print(
+            ("\r" if self.tty else "")
+            + f"[forge] step {step}/{self.config.steps} | reward {record['reward_mean']:.3f} | "
+            f"pass {record['pass_rate']:.2f}{ev} | {record['episodes_per_s']:.2f} ep/s | "
+            f"{record['tokens_per_s']:.0f} tok/s | dropped {record['dropped_groups']} | "
+            f"v{version} | {dt:.1f}s",
+            flush=True,
+        )
+        return record
+
+    def summary(self, step: int, final: dict[str, Any]) -> None:
+        took = time.perf_counter() - self.t_start
+        first = f"{self.rewards[0]:.3f}" if self.rewards else "-"
+        last = sum(self.rewards[-3:]) / len(self.rewards[-3:]) if self.rewards else float("nan")
+        print(
+            f"[forge] done: {step - self.start_step} step(s) in {took:.0f}s; reward first step "
+            f"{first}, mean of last 3 {last:.3f}; {final['attempts_ok']} episodes, "
+            f"{final['attempts_failed']} failed attempts {final['failures'] or ''}, "
+            f"{final['groups_dropped']} dropped groups; run dir {self.config.run_dir}",
+            flush=True,
+        )
