@@ -67,8 +67,8 @@ class ReplayBuffer:
 
     def drop(self, group: list[Episode], group_id: str, reason: str) -> None:
         """A group that will not be trained on (a failure outlived its retries): logged, counted."""
-        for ep in group:
-            self._write(self._dropped, {"group_id": group_id, "reason": reason, **ep.to_dict()})
+        record = {"group_id": group_id, "reason": reason, "episodes": [e.to_dict() for e in group]}
+        self._write(self._dropped, record)
         self.counts["groups_dropped"] += 1
         self.counts["episodes_dropped"] += len(group)
 

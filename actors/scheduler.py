@@ -133,6 +133,10 @@ class Scheduler:
         self.version = version
         metrics.gauge("version", version, run=self.config.name)
 
+    def pod_actors(self) -> list[Any]:
+        """The live pods' actor handles (for operators and fault-injection tests)."""
+        return [pod.actor for pod in self._pods]
+
     def stats(self) -> dict[str, Any]:
         return {
             **self.counts,

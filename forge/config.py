@@ -95,6 +95,63 @@ class RolloutConfig(_Strict):
     seed: int = Field(0, description="Seed for the order tasks are drawn in.")
 
 
+class TrainerConfig(_Strict):
+    lr: float = Field(
+        1e-3,
+        gt=0,
+        description="AdamW learning rate. 1e-3 suits the default 'tiny' model (random init, 4.5M "
+        "params, width 256: the usual Adam rate for a small transformer trained from scratch, so "
+        "a run shows learning in a few steps); pretrained models want ~1e-6 (GRPO recipes).",
+    )
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
+    weight_decay: float = Field(
+        0.0, ge=0, description="AdamW decoupled weight decay (0: only the reward moves weights)."
+    )
+    max_grad_norm: float = Field(
+        1.0, gt=0, description="Clip the global gradient norm to this before each step."
+    )
+    clip_eps_low: float = Field(
+        0.2, ge=0, lt=1, description="PPO clip: the ratio is clipped below at 1 - clip_eps_low."
+    )
+    clip_eps_high: float = Field(
+        0.2, ge=0, description="PPO clip: the ratio is clipped above at 1 + clip_eps_high."
+    )
+    clip_ratio_c: float | None = Field(
+        3.0,
+        gt=1,
+        description="Dual-clip PPO: cap a negative-advantage token's loss at -A * clip_ratio_c "
+        "(None: off).",
+    )
+    kl_coef: float = Field(
+        0.0, ge=0, description="Weight of the KL penalty to the initial policy (0: no ref model)."
+    )
+    kl_kind: Literal["k1", "k2", "k3"] = Field(
+        "k3", description="KL estimator for the penalty (k3: low variance, non-negative)."
+    )
+    micro_batch_tokens: int = Field(
+        16384,
+        ge=1,
+        description="Padded tokens (rows x longest row) per forward/backward; bounds memory. "
+        "Gradients accumulate exactly over micro-batches.",
+    )
+    ppo_epochs: int = Field(
+        1, ge=1, description="Optimizer steps per train_step, each over the whole batch."
+    )
+    normalize_adv_std: bool = Field(
+        True, description="Divide group advantages by the group's std (False: Dr. GRPO)."
+    )
+    device: str = Field("cpu", description="torch device the trainer's model lives on.")
+    checkpoint_every: int = Field(
+        0,
+        ge=0,
+        description="Save a checkpoint under <run_dir>/checkpoints every k train steps "
+        "(0: only when asked).",
+    )
+    keep_checkpoints: int = Field(
+        3, ge=1, description="Most recent periodic checkpoints kept; older ones are deleted."
+    )
+
+
 class RunConfig(_Strict):
     name: str = Field("quickstart", description="Run name; outputs go to runs/<name>/.")
     runs_dir: str = Field("runs", description="Folder that holds run directories.")
@@ -109,6 +166,9 @@ class RunConfig(_Strict):
     temperature: float = Field(1.0, ge=0, description="Sampling temperature for harness calls.")
     rollout: RolloutConfig = Field(
         default_factory=RolloutConfig, description="Collection: groups, pods, retries."
+    )
+    trainer: TrainerConfig = Field(
+        default_factory=TrainerConfig, description="Trainer: optimizer, loss, micro-batching."
     )
     steps: int = Field(20, ge=0, description="Trainer steps to run.")
     eval_every: int = Field(0, ge=0, description="Evaluate every k steps (0: never).")

@@ -1,0 +1,289 @@
+"""Trainer: GRPO on recorded episodes with a torch model (CPU or one GPU).
+
+A plain class; the driver wraps it with ``ray.remote``. One :meth:`Trainer.train_step` takes
+groups (the n ok attempts of one task each), turns rewards into group-relative advantages,
+applies each episode's advantage to every sampled token of all its segments, and minimises the
+clipped surrogate averaged per episode (:mod:`forge.grpo`), accumulating gradients over
+micro-batches (:mod:`forge.batching`) before one optimizer step.
+
+The old logprobs are the engine's sampling logprobs recorded in the segments (token in, token
+out). The model stays in eval mode (no dropout) so that, before the first update, recomputed
+logprobs equal the recorded ones up to kernel rounding (``logprob_abs_diff_*`` report the gap).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from forge.batching import MicroBatch, build_rows, micro_batches
+from forge.config import TrainerConfig
+from forge.grpo import group_advantages, kl_penalty, policy_loss
+from forge.types import Episode
+from serve.models import load_model
+
+_SUMMED = ("loss", "pg_loss", "kl")  # micro-batch shares that add up to the batch value
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+
+
+class Trainer:
+    def __init__(
+        self,
+        config: TrainerConfig | dict[str, Any] | None = None,
+        model: str = "tiny",
+        seed: int = 0,
+        run_dir: str | None = None,
+    ) -> None:
+        self.config = (
+            config
+            if isinstance(config, TrainerConfig)
+            else TrainerConfig.model_validate(config or {})
+        )
+        cfg = self.config
+        self.model_name, self.seed = model, seed
+        self.run_dir = Path(run_dir) if run_dir else None
+        self.device = torch.device(cfg.device)
+        self.model, self.tokenizer = load_model(model, seed=seed)
+        self.model.to(self.device)
+        self.ref_model = None
+        if cfg.kl_coef > 0:
+            self.ref_model, _ = load_model(model, seed=seed)
+            self.ref_model.to(self.device).requires_grad_(False)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(),
+            lr=cfg.lr,
+            betas=tuple(cfg.betas),
+            weight_decay=cfg.weight_decay,
+        )
+        self.version = 0
+        self.step = 0
+
+    # ---- training -------------------------------------------------------------------------
+
+    def train_step(self, groups: list[list[Episode]]) -> dict[str, float]:
+        """One update from ``groups``; returns metrics (see the module and the README)."""
+        t0 = time.perf_counter()
+        cfg = self.config
+        episodes, advantages, stats = self._advantages(groups)
+        rows = build_rows(episodes, advantages)
+        batches = micro_batches(rows, cfg.micro_batch_tokens, self.tokenizer.pad_token_id)
+        totals: dict[str, Tensor] = {}
+        grad_norms: list[Tensor] = []
+        diff_max = diff_sum = torch.zeros((), device=self.device)
+        for epoch in range(cfg.ppo_epochs if batches else 0):
+            self.optimizer.zero_grad(set_to_none=True)
+            for mb_cpu in batches:
+                mb = mb_cpu.to(self.device)
+                loss, m, new = self._micro_step(mb)
+                loss.backward()
+                for k, v in m.items():
+                    w = 1.0 if k in _SUMMED else m["tokens"]
+                    totals[k] = totals.get(k, 0.0) + v * w
+                if epoch == 0:
+                    gap = torch.where(mb.mask, (new.detach() - mb.old_logprobs).abs(), 0.0)
+                    diff_max = torch.maximum(diff_max, gap.max())
+                    diff_sum = diff_sum + gap.sum()
+            grad_norms.append(
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+            )
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if batches:
+            self.step += 1
+            self.version += 1
+        out = self._metrics(totals, grad_norms, diff_max, diff_sum, batches, stats)
+        out["step_time_s"] = time.perf_counter() - t0
+        out["tokens_per_s"] = out["tokens_total"] / max(out["step_time_s"], 1e-9)
+        self._maybe_checkpoint(bool(batches))
+        return out
+
+    def _advantages(
+        self, groups: list[list[Episode]]
+    ) -> tuple[list[Episode], list[float], dict[str, float]]:
+        episodes: list[Episode] = []
+        advantages: list[float] = []
+        rewards: list[float] = []
+        skipped = 0
+        for group in groups:
+            bad = [e.episode_id for e in group if e.status != "ok"]
+            if bad:
+                raise ValueError(f"train_step takes ok episodes only; got failed ones: {bad}")
+            r = torch.tensor([[e.reward for e in group]], dtype=torch.float32)
+            rewards.extend(r[0].tolist())
+            adv = group_advantages(r, normalize_std=self.config.normalize_adv_std)[0]
+            if not bool(adv.any()):
+                skipped += 1
+                continue
+            episodes.extend(group)
+            advantages.extend(adv.tolist())
+        adv_t = torch.tensor(advantages or [0.0])
+        rew_t = torch.tensor(rewards or [0.0])
+        stats = {
+            "reward_mean": float(rew_t.mean()),
+            "reward_std": float(rew_t.std()) if len(rewards) > 1 else 0.0,
+            "advantage_mean": float(adv_t.mean()),
+            "advantage_std": float(adv_t.std()) if len(advantages) > 1 else 0.0,
+            "advantage_abs_mean": float(adv_t.abs().mean()),
+            "advantage_max": float(adv_t.max()),
+            "advantage_min": float(adv_t.min()),
+            "episodes": float(len(episodes)),
+            "episodes_in": float(sum(len(g) for g in groups)),
+            "groups": float(len(groups)),
+            "skipped_groups": float(skipped),
+        }
+        return episodes, advantages, stats
+
+    def _micro_step(self, mb: MicroBatch) -> tuple[Tensor, dict[str, Tensor], Tensor]:
+        cfg = self.config
+        new, entropy = self._token_logprobs(self.model, mb, with_entropy=True)
+        kl = None
+        if self.ref_model is not None:
+            with torch.no_grad():
+                ref, _ = self._token_logprobs(self.ref_model, mb)
+            kl = kl_penalty(new, ref, cfg.kl_kind)
+        loss, m = policy_loss(
+            new,
+            mb.old_logprobs,
+            mb.advantages,
+            mb.mask,
+            mb.episode_index,
+            cfg.clip_eps_low,
+            cfg.clip_eps_high,
+            kl=kl,
+            kl_coef=cfg.kl_coef,
+            clip_ratio_c=cfg.clip_ratio_c,
+            weights=mb.weights,
+        )
+        m["loss"] = loss.detach()
+        if entropy is not None:
+            m["entropy"] = entropy
+        return loss, m, new
+
+    def _token_logprobs(
+        self, model: Any, mb: MicroBatch, with_entropy: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """Logprobs ``[B, T]`` of the targets at sampled positions (0 elsewhere), in float32.
+
+        Logits are computed only where the loss needs them (the output head applied to the
+        selected hidden states), unless the model transforms its logits after the head (soft
+        capping, scaling), in which case the full forward is used.
+        """
+        sel = mb.mask
+        head = model.get_output_embeddings()
+        if head is not None and not any(getattr(model.config, k, None) for k in _LOGIT_TRANSFORMS):
+            hidden = model.get_decoder()(input_ids=mb.input_ids, use_cache=False)[0]
+            logits = head(hidden[sel]).float()
+        else:
+            logits = model(input_ids=mb.input_ids, use_cache=False).logits[sel].float()
+        lse = torch.logsumexp(logits, dim=-1)
+        picked = logits.gather(-1, mb.targets[sel].unsqueeze(-1)).squeeze(-1) - lse
+        out = torch.zeros(sel.shape, dtype=picked.dtype, device=picked.device)
+        out = out.masked_scatter(sel, picked)
+        entropy = None
+        if with_entropy:
+            with torch.no_grad():
+                probs = torch.softmax(logits, dim=-1)
+                entropy = (lse - (probs * logits).sum(-1)).mean() if picked.numel() else lse.sum()
+        return out, entropy
+
+    def _metrics(
+        self,
+        totals: dict[str, Any],
+        grad_norms: list[Tensor],
+        diff_max: Tensor,
+        diff_sum: Tensor,
+        batches: list[MicroBatch],
+        stats: dict[str, float],
+    ) -> dict[str, float]:
+        epochs = self.config.ppo_epochs if batches else 1
+        tokens = float(totals.get("tokens", 0.0)) or 1.0
+        out: dict[str, float] = dict(stats)
+        for k, v in totals.items():
+            if k != "tokens":
+                out[k] = float(v) / (epochs if k in _SUMMED else tokens)
+        for k in ("loss", "pg_loss", "clip_frac", "approx_kl", "ratio_mean", "entropy"):
+            out.setdefault(k, 0.0)
+        sampled = sum(b.sampled for b in batches)
+        out["tokens_sampled"] = float(sampled)
+        out["tokens_total"] = float(sum(b.tokens for b in batches))
+        out["micro_batches"] = float(len(batches))
+        out["grad_norm"] = float(torch.stack(grad_norms).mean()) if grad_norms else 0.0
+        out["logprob_abs_diff_max"] = float(diff_max)
+        out["logprob_abs_diff_mean"] = float(diff_sum) / max(sampled, 1)
+        out["updated"] = 1.0 if batches else 0.0
+        out["version"] = float(self.version)
+        out["step"] = float(self.step)
+        return out
+
+    @torch.no_grad()
+    def episode_logprobs(self, episodes: list[Episode]) -> list[float]:
+        """Sum of the current policy's logprobs of each episode's sampled tokens."""
+        rows = build_rows(episodes, [0.0] * len(episodes))
+        sums = [0.0] * len(episodes)
+        pad = self.tokenizer.pad_token_id
+        for mb in micro_batches(rows, self.config.micro_batch_tokens, pad):
+            mb = mb.to(self.device)
+            lp, _ = self._token_logprobs(self.model, mb)
+            for r, ep in enumerate(mb.episode_index.tolist()):
+                sums[ep] += float(lp[r].sum())
+        return sums
+
+    # ---- weights and checkpoints ----------------------------------------------------------
+
+    def get_weights(self) -> dict[str, Tensor]:
+        """Detached CPU copies of the weights (never views of the live parameters)."""
+        return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+
+    def get_version(self) -> int:
+        return self.version
+
+    def save_checkpoint(self, path: str | os.PathLike[str]) -> str:
+        """Write a Hugging Face checkpoint plus optimizer and trainer state, atomically."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.model.save_pretrained(tmp)
+        self.tokenizer.save_pretrained(tmp)
+        torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
+        state = {
+            "step": self.step,
+            "version": self.version,
+            "model": self.model_name,
+            "seed": self.seed,
+            "config": self.config.model_dump(mode="json"),
+        }
+        (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2))
+        old = target.with_name(f".{target.name}.old{os.getpid()}")
+        if target.exists():
+            target.replace(old)
+        tmp.replace(target)
+        shutil.rmtree(old, ignore_errors=True)
+        return str(target)
+
+    def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
+        """Restore model weights, optimizer state, step and version from ``path``."""
+        path = Path(path)
+        loaded, _ = load_model(str(path))
+        self.model.load_state_dict(loaded.state_dict())
+        opt = torch.load(path / "optimizer.pt", map_location=self.device, weights_only=True)
+        self.optimizer.load_state_dict(opt)
+        state = json.loads((path / "trainer_state.json").read_text())
+        self.step, self.version = int(state["step"]), int(state["version"])
+
+    def _maybe_checkpoint(self, updated: bool) -> None:
+        every = self.config.checkpoint_every
+        if not (updated and every and self.run_dir and self.step % every == 0):
+            return
+        root = self.run_dir / "checkpoints"
+        self.save_checkpoint(root / f"step_{self.step:06d}")
+        kept = sorted(p for p in root.glob("step_*") if p.is_dir())
+        for old in kept[: -self.config.keep_checkpoints]:
+            shutil.rmtree(old, ignore_errors=True)
