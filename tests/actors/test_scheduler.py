@@ -120,7 +120,7 @@ def test_fault_injection_pod_and_sandbox_killed(ray_cluster, policy, tmp_path):
     are retried, nothing is lost or duplicated on disk and the counts add up."""
     ray = ray_cluster
     tasks = [_task(i, sleep=1.5) for i in range(4)]
-    sched, buffer = _start(
+    sched, _ = _start(
         ray,
         policy,
         tmp_path,
