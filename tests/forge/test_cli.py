@@ -40,28 +40,45 @@ def test_tasks_command_names_file_and_field(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_forge_run_plays_and_records_an_episode(tmp_path: Path) -> None:
-    r = subprocess.run(
-        [
-            *FORGE,
-            "run",
-            "policy.engine.name=scripted",
-            "task_ids=[count_csv_rows]",
-            f"runs_dir={tmp_path}",
-            "name=cli",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=_env(),
-    )
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert "reward 1.00" in r.stdout
-    lines = (tmp_path / "cli" / "episodes.jsonl").read_text().splitlines()
-    episode = json.loads(lines[0])
-    assert episode["task_id"] == "count_csv_rows" and episode["reward"] == 1.0
-    assert all(t["completion_ids"] and t["prompt_ids"] for t in episode["turns"])
-    assert (tmp_path / "cli" / "config.yaml").exists()
+def test_forge_run_trains_checkpoints_and_resumes(tmp_path: Path) -> None:
+    common = [
+        "rollout.group_size=2",
+        "rollout.groups_per_step=1",
+        "rollout.min_pods=1",
+        "rollout.max_pods=2",
+    ]
+    first = [
+        *FORGE,
+        "run",
+        "policy.engine.name=scripted",
+        "tasks=smoke",
+        "task_ids=[count_csv_rows]",
+        "steps=1",
+        f"runs_dir={tmp_path}",
+        "name=cli",
+        *common,
+    ]
+    r = subprocess.run(first, capture_output=True, text=True, timeout=600, env=_env())
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "step 1/1" in r.stdout and "reward 1.000" in r.stdout
+    run_dir = tmp_path / "cli"
+    episodes = [
+        json.loads(x) for x in (run_dir / "episodes" / "episodes.jsonl").read_text().splitlines()
+    ]
+    assert len(episodes) == 2
+    assert all(e["task_id"] == "count_csv_rows" and e["reward"] == 1.0 for e in episodes)
+    assert all(t["completion_ids"] and t["prompt_ids"] for e in episodes for t in e["turns"])
+    assert (run_dir / "config.yaml").exists()
+    assert (run_dir / "checkpoints" / "step_1" / "config.json").exists()
+    again = [*FORGE, "run", "--resume", str(run_dir), "steps=2"]
+    r = subprocess.run(again, capture_output=True, text=True, timeout=600, env=_env())
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "resumed from" in r.stdout and "step 2/2" in r.stdout
+    steps = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps] == [1, 2]
+    assert [s["policy_version"] for s in steps] == [1, 2]
+    lines = (run_dir / "episodes" / "episodes.jsonl").read_text().splitlines()
+    assert len(lines) == 4
 
 
 def _free_port() -> int:
@@ -73,9 +90,9 @@ def _free_port() -> int:
 @pytest.mark.slow
 def test_forge_serve_answers_on_loopback() -> None:
     port = _free_port()
+    args = ["--engine", "scripted", "--task", "smoke/hello_file", "--port", str(port)]
     proc = subprocess.Popen(
-        [*FORGE, "serve", "--engine", "scripted", "--task", "smoke/hello_file", "--port"]
-        + [str(port), "--num-cpus", "0.5"],
+        [*FORGE, "serve", *args, "--num-cpus", "0.5"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env=_env(),
