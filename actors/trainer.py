@@ -39,7 +39,6 @@ class Trainer:
         config: TrainerConfig | dict[str, Any] | None = None,
         model: str = "tiny",
         seed: int = 0,
-        run_dir: str | None = None,
     ) -> None:
         self.config = (
             config
@@ -48,7 +47,6 @@ class Trainer:
         )
         cfg = self.config
         self.model_name, self.seed = model, seed
-        self.run_dir = Path(run_dir) if run_dir else None
         self.device = torch.device(cfg.device)
         self.model, self.tokenizer = load_model(model, seed=seed)
         self.model.to(self.device)
@@ -68,7 +66,17 @@ class Trainer:
     # ---- training -------------------------------------------------------------------------
 
     def train_step(self, groups: list[list[Episode]]) -> dict[str, float]:
-        """One update from ``groups``; returns metrics (see the module and the README)."""
+        """One update from ``groups`` (each: the ok attempts of one task); returns metrics.
+
+        Groups whose advantages are all 0 are skipped (``skipped_groups``); with nothing left to
+        train on, no step is taken and ``version`` stays (``updated`` = 0). Metrics: ``loss``,
+        ``pg_loss``, ``kl`` (with a ref model), ``reward_mean/std``, ``advantage_*``,
+        ``pass_rate``, ``staleness_max``, ``episodes``, ``groups``, ``tokens_sampled``,
+        ``tokens_total``, ``micro_batches``, ``clip_frac``, ``clip_frac_dual``, ``approx_kl``,
+        ``ppo_kl``, ``ratio_mean/max``, ``entropy``, ``grad_norm`` (before clipping), ``logprob_abs_diff_max/mean`` (recomputed
+        vs recorded logprobs before the update), ``step_time_s``, ``tokens_per_s``,
+        ``version``, ``step``, ``updated``.
+        """
         t0 = time.perf_counter()
         cfg = self.config
         episodes, advantages, stats = self._advantages(groups)
@@ -76,15 +84,16 @@ class Trainer:
         batches = micro_batches(rows, cfg.micro_batch_tokens, self.tokenizer.pad_token_id)
         totals: dict[str, Tensor] = {}
         grad_norms: list[Tensor] = []
-        diff_max = diff_sum = torch.zeros((), device=self.device)
+        diff_max = diff_sum = ratio_max = torch.zeros((), device=self.device)
         for epoch in range(cfg.ppo_epochs if batches else 0):
             self.optimizer.zero_grad(set_to_none=True)
             for mb_cpu in batches:
                 mb = mb_cpu.to(self.device)
                 loss, m, new = self._micro_step(mb)
                 loss.backward()
+                ratio_max = torch.maximum(ratio_max, m.pop("ratio_max"))
                 for k, v in m.items():
-                    w = 1.0 if k in _SUMMED else m["tokens"]
+                    w = 1.0 if k in _SUMMED or k == "tokens" else m["tokens"]
                     totals[k] = totals.get(k, 0.0) + v * w
                 if epoch == 0:
                     gap = torch.where(mb.mask, (new.detach() - mb.old_logprobs).abs(), 0.0)
@@ -98,11 +107,19 @@ class Trainer:
         if batches:
             self.step += 1
             self.version += 1
+        totals["ratio_max"] = ratio_max
         out = self._metrics(totals, grad_norms, diff_max, diff_sum, batches, stats)
         out["step_time_s"] = time.perf_counter() - t0
         out["tokens_per_s"] = out["tokens_total"] / max(out["step_time_s"], 1e-9)
-        self._maybe_checkpoint(bool(batches))
         return out
+
+    def train_on(self, boxes: list[list[Any]]) -> dict[str, float]:
+        """:meth:`train_step` on groups in the object store, as the ReplayBuffer hands them out:
+        each box is ``[ObjectRef]`` of one group (the list keeps Ray from resolving it in
+        transit, so the episodes travel from the object store straight to this actor)."""
+        import ray
+
+        return self.train_step(ray.get([box[0] for box in boxes]) if boxes else [])
 
     def _advantages(
         self, groups: list[list[Episode]]
@@ -123,6 +140,7 @@ class Trainer:
                 continue
             episodes.extend(group)
             advantages.extend(adv.tolist())
+        versions = [t.policy_version for g in groups for e in g for t in e.turns]
         adv_t = torch.tensor(advantages or [0.0])
         rew_t = torch.tensor(rewards or [0.0])
         stats = {
@@ -137,6 +155,9 @@ class Trainer:
             "episodes_in": float(sum(len(g) for g in groups)),
             "groups": float(len(groups)),
             "skipped_groups": float(skipped),
+            "pass_rate": sum(r >= 1.0 for r in rewards) / max(1, len(rewards)),
+            # how many versions behind the weights being updated the oldest sampled token is
+            "staleness_max": float(self.version - min(versions)) if versions else 0.0,
         }
         return episodes, advantages, stats
 
@@ -178,7 +199,7 @@ class Trainer:
         sel = mb.mask
         head = model.get_output_embeddings()
         if head is not None and not any(getattr(model.config, k, None) for k in _LOGIT_TRANSFORMS):
-            hidden = model.get_decoder()(input_ids=mb.input_ids, use_cache=False)[0]
+            hidden = model.get_decoder()(input_ids=mb.input_ids, use_cache=False).last_hidden_state
             logits = head(hidden[sel]).float()
         else:
             logits = model(input_ids=mb.input_ids, use_cache=False).logits[sel].float()
@@ -206,7 +227,9 @@ class Trainer:
         tokens = float(totals.get("tokens", 0.0)) or 1.0
         out: dict[str, float] = dict(stats)
         for k, v in totals.items():
-            if k != "tokens":
+            if k == "ratio_max":
+                out[k] = float(v)
+            elif k != "tokens":
                 out[k] = float(v) / (epochs if k in _SUMMED else tokens)
         for k in ("loss", "pg_loss", "clip_frac", "approx_kl", "ratio_mean", "entropy"):
             out.setdefault(k, 0.0)
@@ -273,17 +296,7 @@ class Trainer:
         path = Path(path)
         loaded, _ = load_model(str(path))
         self.model.load_state_dict(loaded.state_dict())
-        opt = torch.load(path / "optimizer.pt", map_location=self.device, weights_only=True)
+        opt = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True)
         self.optimizer.load_state_dict(opt)
         state = json.loads((path / "trainer_state.json").read_text())
         self.step, self.version = int(state["step"]), int(state["version"])
-
-    def _maybe_checkpoint(self, updated: bool) -> None:
-        every = self.config.checkpoint_every
-        if not (updated and every and self.run_dir and self.step % every == 0):
-            return
-        root = self.run_dir / "checkpoints"
-        self.save_checkpoint(root / f"step_{self.step:06d}")
-        kept = sorted(p for p in root.glob("step_*") if p.is_dir())
-        for old in kept[: -self.config.keep_checkpoints]:
-            shutil.rmtree(old, ignore_errors=True)

@@ -141,15 +141,6 @@ class TrainerConfig(_Strict):
         True, description="Divide group advantages by the group's std (False: Dr. GRPO)."
     )
     device: str = Field("cpu", description="torch device the trainer's model lives on.")
-    checkpoint_every: int = Field(
-        0,
-        ge=0,
-        description="Save a checkpoint under <run_dir>/checkpoints every k train steps "
-        "(0: only when asked).",
-    )
-    keep_checkpoints: int = Field(
-        3, ge=1, description="Most recent periodic checkpoints kept; older ones are deleted."
-    )
 
 
 class RunConfig(_Strict):
@@ -178,6 +169,9 @@ class RunConfig(_Strict):
     eval_temperature: float = Field(0.0, ge=0, description="Sampling temperature in evaluation.")
     checkpoint_every: int = Field(
         0, ge=0, description="Checkpoint every k steps (0: only at the end)."
+    )
+    keep_checkpoints: int = Field(
+        3, ge=1, description="Most recent checkpoints kept in the run; older ones are deleted."
     )
 
     @property

