@@ -73,9 +73,9 @@ class Trainer:
         ``pg_loss``, ``kl`` (with a ref model), ``reward_mean/std``, ``advantage_*``,
         ``pass_rate``, ``staleness_max``, ``episodes``, ``groups``, ``tokens_sampled``,
         ``tokens_total``, ``micro_batches``, ``clip_frac``, ``clip_frac_dual``, ``approx_kl``,
-        ``ppo_kl``, ``ratio_mean/max``, ``entropy``, ``grad_norm`` (before clipping), ``logprob_abs_diff_max/mean`` (recomputed
-        vs recorded logprobs before the update), ``step_time_s``, ``tokens_per_s``,
-        ``version``, ``step``, ``updated``.
+        ``ppo_kl``, ``ratio_mean/max``, ``entropy``, ``grad_norm`` (before clipping),
+        ``logprob_abs_diff_max/mean`` (recomputed vs recorded logprobs before the update),
+        ``step_time_s``, ``tokens_per_s``, ``version``, ``step``, ``updated``.
         """
         t0 = time.perf_counter()
         cfg = self.config
