@@ -262,6 +262,7 @@ class Scheduler:
             call = pod.actor.run_episode.remote(
                 group.task,
                 self.config.harness,
+                harness_options=self.config.harness_options,
                 attempt=attempt,
                 episode_id=episode_id,
                 temperature=temperature,

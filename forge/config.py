@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 
 class _Strict(BaseModel):
@@ -150,6 +150,11 @@ class RunConfig(_Strict):
     proxy: ProxyConfig = Field(default_factory=ProxyConfig, description="HarnessPod proxy limits.")
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="Sandboxes.")
     harness: str = Field("react", description="Harness every attempt runs.")
+    harness_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Options of the harness adapter, e.g. for react: tools (subset offered), "
+        "system_prompt, max_tokens.",
+    )
     tasks: str = Field("smoke", description="Task suite name or path.")
     task_ids: list[str] = Field(
         default_factory=list, description="Only these tasks of the suite (all when empty)."
@@ -173,6 +178,32 @@ class RunConfig(_Strict):
     keep_checkpoints: int = Field(
         3, ge=1, description="Most recent checkpoints kept in the run; older ones are deleted."
     )
+
+    @field_validator("harness")
+    @classmethod
+    def _known_harness(cls, name: str) -> str:
+        from forge.harnesses import HARNESSES
+
+        if name not in HARNESSES:
+            raise ValueError(f"unknown harness {name!r}; known: {', '.join(sorted(HARNESSES))}")
+        return name
+
+    @field_validator("harness_options")
+    @classmethod
+    def _harness_takes_options(cls, options: dict[str, Any], info: ValidationInfo) -> dict:
+        import inspect
+
+        from forge.harnesses import HARNESSES
+
+        adapter = HARNESSES.get(info.data.get("harness", ""))
+        if adapter is None:
+            return options  # the harness field already failed
+        known = [p for p in inspect.signature(adapter).parameters if p != "self"]
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise ValueError(f"unknown option(s) {unknown}; {adapter.__name__} takes {known}")
+        adapter(**options)  # the adapter's own checks (ValueError)
+        return options
 
     @property
     def run_dir(self) -> Path:

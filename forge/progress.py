@@ -83,7 +83,7 @@ class Progress:
         print(
             f"[forge] done: {step - self.start_step} step(s) in {took:.0f}s; reward first step "
             f"{first}, mean of last 3 {last:.3f}; {final['attempts_ok']} episodes, "
-            f"{final['attempts_failed']} failed attempts {final['failures'] or ''}, "
+            f"{final['attempts_failed']} failed attempts{' ' + str(final['failures']) if final['failures'] else ''}, "
             f"{final['groups_dropped']} dropped groups; run dir {self.config.run_dir}",
             flush=True,
         )

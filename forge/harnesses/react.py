@@ -10,6 +10,7 @@ from forge.sandboxes.base import ExecResult
 
 PROGRAM_HOST = str(Path(__file__).with_name("react_agent.py").resolve())
 PROGRAM = "/opt/forge/harness/react_agent.py"  # where the sandbox sees it
+TOOL_NAMES = ("shell", "read_file", "write_file", "finish")
 
 
 class ReactHarness:
@@ -30,11 +31,21 @@ class ReactHarness:
         temperature: float | None = None,
         max_tokens: int | None = None,
         tool_timeout_s: float | None = None,
+        tools: list[str] | None = None,
+        system_prompt: str | None = None,
     ) -> None:
+        """``tools``: the subset of shell, read_file, write_file, finish offered (None: all;
+        []: none, a plain chat whose reply is the answer). ``system_prompt``: replaces the
+        default ("" : no system message)."""
+        unknown = set(tools or ()) - set(TOOL_NAMES)
+        if unknown:
+            raise ValueError(f"tools: unknown {sorted(unknown)}; known: {', '.join(TOOL_NAMES)}")
         self.python = python
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.tool_timeout_s = tool_timeout_s
+        self.tools = tools
+        self.system_prompt = system_prompt
 
     def ro_mounts(self) -> dict[str, str]:
         return {PROGRAM_HOST: PROGRAM}
@@ -56,6 +67,10 @@ class ReactHarness:
             env["FORGE_MAX_TOKENS"] = str(self.max_tokens)
         if self.tool_timeout_s is not None:
             env["FORGE_TOOL_TIMEOUT"] = repr(self.tool_timeout_s)
+        if self.tools is not None:
+            env["FORGE_TOOLS"] = ",".join(self.tools)
+        if self.system_prompt is not None:
+            env["FORGE_SYSTEM_PROMPT"] = self.system_prompt
         return env
 
     def command(self, ctx: AttemptContext) -> list[str]:

@@ -2,8 +2,10 @@
 
 Standard library only (it runs on the sandbox's system Python). Configuration from the
 environment: OPENAI_BASE_URL (ends in /v1), OPENAI_API_KEY, FORGE_MODEL, FORGE_MAX_TURNS
-(default 20), optional FORGE_TEMPERATURE, FORGE_MAX_TOKENS, FORGE_TOOL_TIMEOUT (s, default 120)
-and FORGE_REQUEST_TIMEOUT (s, default 600). The instruction is argv[1] or FORGE_INSTRUCTION.
+(default 20), optional FORGE_TEMPERATURE, FORGE_MAX_TOKENS, FORGE_TOOL_TIMEOUT (s, default 120),
+FORGE_REQUEST_TIMEOUT (s, default 600), FORGE_TOOLS (comma-separated subset of the tools offered;
+empty: none, a plain chat) and FORGE_SYSTEM_PROMPT (replaces the default; empty: no system
+message). The instruction is argv[1] or FORGE_INSTRUCTION.
 
 It calls {base}/chat/completions with tools shell, read_file, write_file and finish, runs the
 tool calls in the working directory, and stops on finish, on an answer without tool calls, or at
@@ -163,15 +165,20 @@ def agent(
     max_turns = int(env.get("FORGE_MAX_TURNS", "20"))
     tool_timeout = float(env.get("FORGE_TOOL_TIMEOUT", "120"))
     request_timeout = float(env.get("FORGE_REQUEST_TIMEOUT", "600"))
-    body: dict[str, Any] = {"model": env.get("FORGE_MODEL", "policy"), "tools": TOOLS}
+    tools = TOOLS
+    if "FORGE_TOOLS" in env:
+        wanted = {t.strip() for t in env["FORGE_TOOLS"].split(",") if t.strip()}
+        tools = [t for t in TOOLS if t["function"]["name"] in wanted]
+    body: dict[str, Any] = {"model": env.get("FORGE_MODEL", "policy")}
+    if tools:
+        body["tools"] = tools
     if env.get("FORGE_TEMPERATURE"):
         body["temperature"] = float(env["FORGE_TEMPERATURE"])
     if env.get("FORGE_MAX_TOKENS"):
         body["max_tokens"] = int(env["FORGE_MAX_TOKENS"])
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": instruction},
-    ]
+    system = env.get("FORGE_SYSTEM_PROMPT", SYSTEM_PROMPT)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    messages.append({"role": "user", "content": instruction})
     last_text: str | None = None
     for turn in range(1, max_turns + 1):
         reply = chat(base, key, {**body, "messages": messages}, request_timeout)
