@@ -79,11 +79,12 @@ class Progress:
     def summary(self, step: int, final: dict[str, Any]) -> None:
         took = time.perf_counter() - self.t_start
         first = f"{self.rewards[0]:.3f}" if self.rewards else "-"
+        reasons = f" {final['failures']}" if final["failures"] else ""
         last = sum(self.rewards[-3:]) / len(self.rewards[-3:]) if self.rewards else float("nan")
         print(
             f"[forge] done: {step - self.start_step} step(s) in {took:.0f}s; reward first step "
             f"{first}, mean of last 3 {last:.3f}; {final['attempts_ok']} episodes, "
-            f"{final['attempts_failed']} failed attempts{' ' + str(final['failures']) if final['failures'] else ''}, "
+            f"{final['attempts_failed']} failed attempts{reasons}, "
             f"{final['groups_dropped']} dropped groups; run dir {self.config.run_dir}",
             flush=True,
         )
