@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
+import tempfile
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -18,6 +21,8 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, **kwargs: 
     if ray.is_initialized():
         return "joined"
     address = address or os.environ.get("RAY_ADDRESS")
+    if not address and not _running_cluster():
+        address = "local"
     if address != "local":
         try:
             ray.init(address=address or "auto", **kwargs)
@@ -29,3 +34,15 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, **kwargs: 
     ray.init(num_cpus=num_cpus, _node_ip_address="127.0.0.1", **kwargs)
     log.info("started a local Ray cluster on 127.0.0.1")
     return "local"
+
+
+def _running_cluster() -> bool:
+    """Whether the cluster ``ray start`` recorded on this machine answers. Ray's ``auto`` would
+    spend a minute retrying a dead one whose address file was left behind."""
+    tmp = os.environ.get("RAY_TMPDIR") or os.path.join(tempfile.gettempdir(), "ray")
+    try:
+        host, port = Path(tmp, "ray_current_cluster").read_text().strip().rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            return True
+    except (OSError, ValueError):
+        return False

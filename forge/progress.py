@@ -48,11 +48,14 @@ class Progress:
             sched["sampled_tokens"],
         )
         record = {
+            **{k: v for k, v in train.items() if isinstance(v, (int, float))},
+            "trainer_step": train.get("step", 0),
             "step": step,
             "policy_version": version,
             "reward_mean": train.get("reward_mean", 0.0),
             "pass_rate": train.get("pass_rate", 0.0),
-            "episodes": train.get("episodes", 0),
+            "episodes": train.get("episodes_in", 0),  # in this step's groups
+            "episodes_trained": train.get("episodes", 0),  # those with a nonzero advantage
             "groups": train.get("groups", 0),
             "dropped_groups": buffer["groups_dropped"],
             "evicted_stale_groups": buffer["groups_evicted_stale"],
@@ -62,7 +65,6 @@ class Progress:
             "collect_s": collect_s,
             "step_s": dt,
             "elapsed_s": now - self.t_start,
-            **{k: v for k, v in train.items() if isinstance(v, (int, float))},
         }
         self.rewards.append(record["reward_mean"])
         ev = f" | eval {record['eval_pass_rate']:.2f}" if "eval_pass_rate" in record else ""
