@@ -1,0 +1,88 @@
+"""The README's main command learns: ``forge run examples/quickstart.yaml`` through the whole
+stack (Serve Policy, HarnessPod proxies, react in sandboxes, ReplayBuffer, Trainer, weight sync),
+then ``forge serve`` loads the checkpoint it left."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.forge.test_cli import FORGE, _env, _free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+def test_quickstart_learns_and_its_checkpoint_serves(tmp_path: Path) -> None:
+    config = ROOT / "examples" / "quickstart.yaml"
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [*FORGE, "run", str(config), f"runs_dir={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=_env(),
+        cwd=ROOT,
+    )
+    took = time.monotonic() - t0
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    run_dir = tmp_path / "quickstart"
+    steps = _read_jsonl(run_dir / "metrics.jsonl")
+    assert [s["step"] for s in steps] == list(range(1, 17))
+    for s in steps:
+        assert {"reward_mean", "policy_version", "episodes", "dropped_groups"} <= set(s)
+    first, last3 = steps[0]["reward_mean"], [s["reward_mean"] for s in steps[-3:]]
+    print(f"quickstart: {took:.0f}s; reward first step {first:.3f}, last three {last3}")
+    assert sum(last3) / 3 >= first + 0.5, [s["reward_mean"] for s in steps]
+
+    # Episodes carry token ids, and the policy versions that produced them rise with the steps.
+    episodes = _read_jsonl(run_dir / "episodes" / "episodes.jsonl")
+    assert len(episodes) == 16 * 4 * 8
+    turns = [t for e in episodes for t in e["turns"]]
+    assert all(t["prompt_ids"] and t["completion_ids"] for t in turns)
+    versions = [max(t["policy_version"] for t in e["turns"]) for e in episodes]
+    assert versions[:32] == [0] * 32 and max(versions) == steps[-1]["policy_version"] - 1
+    assert versions == sorted(versions)  # synchronous mode: each step on the newest weights
+
+    # The checkpoint is a Hugging Face model directory that `forge serve` loads and answers from.
+    ckpt = run_dir / "checkpoints" / "step_16"
+    assert (ckpt / "config.json").exists() and (ckpt / "trainer_state.json").exists()
+    port = _free_port()
+    proc = subprocess.Popen(
+        [*FORGE, "serve", "--model", str(ckpt), "--port", str(port), "--num-cpus", "0.5"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=_env(),
+    )
+    try:
+        deadline = time.time() + 180
+        while True:
+            assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2)
+                break
+            except httpx.TransportError:
+                assert time.time() < deadline, "forge serve did not come up"
+                time.sleep(0.5)
+        body = {
+            "model": str(ckpt),
+            "messages": [{"role": "user", "content": "Answer with a row of sevens."}],
+            "max_tokens": 16,
+            "temperature": 0,
+        }
+        reply = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=60)
+        assert reply.status_code == 200, reply.text
+        text = reply.json()["choices"][0]["message"]["content"]
+        assert text.count("7") >= len(text.strip()) // 2, text  # it learned to answer in sevens
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
