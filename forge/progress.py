@@ -50,6 +50,7 @@ class Progress:
         record = {
             **{k: v for k, v in train.items() if isinstance(v, (int, float))},
             "trainer_step": train.get("step", 0),
+            "train_tokens_per_s": train.get("tokens_per_s", 0.0),
             "step": step,
             "policy_version": version,
             "reward_mean": train.get("reward_mean", 0.0),
