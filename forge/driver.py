@@ -25,6 +25,7 @@ from typing import Any
 import ray
 import yaml
 
+from forge import metrics
 from forge.cluster import init_ray
 from forge.config import RunConfig
 from forge.progress import Progress
@@ -139,7 +140,9 @@ class Run:
         return ray.get(self.buffer.stats.remote())["groups_sampled"]
 
     def train(self, boxes: list[Any]) -> dict[str, Any]:
-        return ray.get(self.trainer.train_on.remote(boxes))
+        stats = ray.get(self.trainer.train_on.remote(boxes))
+        metrics.observe("step_time", stats["step_time_s"] * 1000, run=self.config.name)
+        return stats
 
     def publish(self) -> dict[str, float]:
         """Push the trainer's weights to every Policy replica, if the trainer took a step (it
