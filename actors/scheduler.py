@@ -16,6 +16,8 @@ Invariants:
    pods idle for ``pod_idle_s`` are retired.
 5. Collection never outruns the trainer: groups start only while the buffer has room, and only
    as many as the driver requested (``request``), which bounds how stale a sample can get.
+6. ``stop`` cancels what is in flight (the pods destroy those sandboxes) and writes the finished
+   episodes of groups cut short to the buffer's dropped log (reason ``interrupted``).
 """
 
 from __future__ import annotations
@@ -93,6 +95,7 @@ class Scheduler:
             "groups_started": 0,
             "groups_buffered": 0,
             "groups_dropped": 0,
+            "groups_interrupted": 0,
             "attempts_dispatched": 0,
             "attempts_ok": 0,
             "attempts_failed": 0,
@@ -170,6 +173,15 @@ class Scheduler:
         for pod in self._pods:
             await self._retire(pod, kill_only=True)
         self._pods.clear()
+        # Groups cut short: their finished episodes go to disk as dropped ("interrupted").
+        for group in list(self._groups.values()):
+            del self._groups[group.group_id]
+            if group.result is not None:
+                group.result.cancel()
+            elif group.episodes:
+                episodes = [group.episodes[s] for s in sorted(group.episodes)]
+                self.counts["groups_interrupted"] += 1
+                await self.buffer.drop.remote(episodes, group.group_id, "interrupted")
         return self.stats()
 
     # -- the dispatch loop --------------------------------------------------------------------

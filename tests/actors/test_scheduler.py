@@ -156,3 +156,22 @@ def test_fault_injection_pod_and_sandbox_killed(ray_cluster, policy, tmp_path):
     assert all(e["reward"] == 1.0 for e in episodes)
     failures = _lines(tmp_path / "episodes" / "failures.jsonl")
     assert len(failures) == stats["attempts_failed"]
+
+
+def test_stop_keeps_finished_episodes_of_groups_cut_short(ray_cluster, policy, tmp_path):
+    """Ctrl-C mid-group: the slot that finished is on disk (dropped, ``interrupted``); the one
+    still running is cancelled. One pod, so the group's two slots run one after the other."""
+    ray = ray_cluster
+    task = _task(0, sleep=3)
+    sched, _ = _start(ray, policy, tmp_path, "stop", [task], group_size=2, min_pods=1, max_pods=1)
+    sched.request.remote(1)
+    deadline = time.time() + 60
+    while ray.get(sched.stats.remote())["attempts_ok"] < 1 and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)  # slot 1 is inside its `sleep`
+    final = ray.get(sched.stop.remote())
+    assert final["attempts_ok"] == 1 and final["groups_interrupted"] == 1, final
+    dropped = _lines(tmp_path / "episodes" / "dropped.jsonl")
+    assert [d["reason"] for d in dropped] == ["interrupted"]
+    assert [e["reward"] for e in dropped[0]["episodes"]] == [1.0]
+    assert _lines(tmp_path / "episodes" / "episodes.jsonl") == []
