@@ -159,6 +159,11 @@ class RunConfig(_Strict):
     task_ids: list[str] = Field(
         default_factory=list, description="Only these tasks of the suite (all when empty)."
     )
+    task_limits: dict[str, int | float] = Field(
+        default_factory=dict,
+        description="Replace these limits of every task (max_turns, timeout_s, "
+        "max_tokens_per_turn), e.g. longer timeouts for a real model on a CPU.",
+    )
     temperature: float = Field(1.0, ge=0, description="Sampling temperature for harness calls.")
     rollout: RolloutConfig = Field(
         default_factory=RolloutConfig, description="Collection: groups, pods, retries."
@@ -178,6 +183,14 @@ class RunConfig(_Strict):
     keep_checkpoints: int = Field(
         3, ge=1, description="Most recent checkpoints kept in the run; older ones are deleted."
     )
+
+    @field_validator("task_limits")
+    @classmethod
+    def _known_limits(cls, limits: dict[str, int | float]) -> dict[str, int | float]:
+        from tasks.schema import Limits
+
+        Limits.model_validate(limits)  # names and bounds, as in a task file
+        return limits
 
     @field_validator("harness")
     @classmethod

@@ -54,6 +54,8 @@ class Run:
             self.tasks = [t for t in self.tasks if t["id"] in set(config.task_ids)]
         eval_suite = config.eval_tasks or config.tasks
         self.eval_tasks = [t.model_dump() for t in load_suite(eval_suite)]
+        for t in self.tasks + self.eval_tasks:
+            t["limits"].update(config.task_limits)
         r = config.rollout
         needed = config.policy.replicas * config.policy.num_cpus + 2 + r.max_pods * r.pod_num_cpus
         mode = init_ray(num_cpus=max(os.cpu_count() or 1, int(needed) + 1))
