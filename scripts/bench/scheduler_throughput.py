@@ -39,7 +39,9 @@ class SimulatedPod:
     async def stop(self) -> None:
         return None
 
-    async def run_episode(self, task, harness, attempt=0, episode_id="", temperature=None):
+    async def run_episode(
+        self, task, harness, attempt=0, episode_id="", harness_options=None, temperature=None
+    ):
         turn = Turn(
             episode_id,
             attempt,
@@ -83,9 +85,10 @@ def bench(pods: int, groups: int, group_size: int) -> tuple[float, int]:
     ray.get(sched.start.remote())  # starts all the pods before the clock starts
     t0 = time.perf_counter()
     ray.get(sched.request.remote(groups))
-    ray.get(sched.wait_settled.remote(groups))
+    ray.get(sched.wait_settled.remote(groups, 600))
     took = time.perf_counter() - t0
     stats = ray.get(sched.stats.remote())
+    assert not stats["failures"], f"simulated attempts failed: {stats['failures']}"
     ray.get(sched.stop.remote())
     ray.kill(sched)
     ray.kill(buffer)

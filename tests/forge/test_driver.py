@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1000)
 def test_async_mode_never_trains_on_samples_older_than_the_bound(tmp_path: Path) -> None:
     args = [
         "run",

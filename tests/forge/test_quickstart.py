@@ -22,6 +22,7 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_quickstart_learns_and_its_checkpoint_serves(tmp_path: Path) -> None:
     config = ROOT / "examples" / "quickstart.yaml"
     t0 = time.monotonic()
