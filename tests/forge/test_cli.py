@@ -51,6 +51,7 @@ def test_forge_run_trains_checkpoints_and_resumes(tmp_path: Path) -> None:
         *FORGE,
         "run",
         "policy.engine.name=scripted",
+        "harness_options={}",  # the quickstart's defaults offer no tools; the oracle needs them
         "tasks=smoke",
         "task_ids=[count_csv_rows]",
         "steps=1",
