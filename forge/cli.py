@@ -1,4 +1,4 @@
-"""The ``forge`` command: ``forge run``, ``forge serve``, ``forge tasks``."""
+"""The ``forge`` command: ``forge run``, ``forge serve``, ``forge tasks``, ``forge harness``."""
 
 from __future__ import annotations
 
@@ -92,6 +92,33 @@ def _tasks(args: argparse.Namespace) -> int:
     return 0
 
 
+def _harness(args: argparse.Namespace) -> int:
+    from forge.harnesses import HARNESSES
+    from forge.harnesses.install import PACKAGES, folder_size, install
+
+    if args.action == "list":
+        for name in sorted(HARNESSES):
+            pkg = PACKAGES.get(name)
+            if pkg is None:
+                print(f"{name:16s} {'built in':12s} installed")
+                continue
+            state = (
+                f"installed ({folder_size(pkg.folder) / 2**20:.0f} MiB, {pkg.folder})"
+                if pkg.installed()
+                else f"not installed: forge harness install {name}"
+            )
+            print(f"{name:16s} {pkg.version:12s} {state}")
+        return 0
+    code = 0
+    for name in args.names or sorted(PACKAGES):
+        try:
+            print(f"{name}: {install(name, force=args.force)}", flush=True)
+        except (ValueError, RuntimeError) as e:
+            print(f"forge harness install: {e}", file=sys.stderr)
+            code = 2
+    return code
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="forge", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -120,6 +147,12 @@ def build_parser() -> argparse.ArgumentParser:
     tasks = sub.add_parser("tasks", help="validate and list a task suite")
     tasks.add_argument("suite", help="suite name (e.g. smoke) or path")
     tasks.set_defaults(func=_tasks)
+
+    har = sub.add_parser("harness", help="list or install the real harnesses")
+    har.add_argument("action", choices=["list", "install"])
+    har.add_argument("names", nargs="*", help="harnesses to install (default: all)")
+    har.add_argument("--force", action="store_true", help="reinstall")
+    har.set_defaults(func=_harness)
     return parser
 
 

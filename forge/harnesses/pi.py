@@ -1,0 +1,96 @@
+"""PiHarness: the pi coding agent (``@mariozechner/pi-coding-agent``), unmodified, in JSON mode.
+
+pi reads its providers from ``$PI_CODING_AGENT_DIR/models.json``; we write one provider whose
+``baseUrl`` is the attempt's proxy URL and whose key is the attempt's key, and run one headless
+episode: ``pi --provider forge --model M --no-session --mode json -p INSTRUCTION``. Its stdout is
+JSON lines; the last ``agent_end`` event holds the whole conversation, whose last assistant text
+is the final answer. It speaks chat completions; its tools are read, bash, edit and write.
+
+Reproducibility: HOME, the workspace path (its cwd) and TZ are fixed by the sandbox, and context
+files, skills and extensions are off, so the system prompt only varies with the date it embeds
+(pi reads the clock; it cannot be pinned without faking time). pi re-serialises tool-call
+arguments compactly in the history it sends back, which can break token-prefix merging.
+"""
+
+from __future__ import annotations
+
+import json
+
+from forge.harnesses.base import AttemptContext
+from forge.harnesses.install import NODE_BIN, PACKAGES
+from forge.sandboxes.base import ExecResult
+from forge.sandboxes.bwrap import HOME
+
+MOUNT = "/opt/forge/harnesses/pi"  # where the sandbox sees the install folder
+AGENT_DIR = f"{HOME}/.pi/agent"
+
+
+class PiHarness:
+    name = "pi"
+    protocol = "chat"
+
+    def __init__(self, max_tokens: int | None = None) -> None:
+        self.package = PACKAGES["pi"]
+        self.max_tokens = max_tokens
+
+    def ro_mounts(self) -> dict[str, str]:
+        return {str(self.package.require()): MOUNT}
+
+    def files(self, ctx: AttemptContext) -> dict[str, str]:
+        model: dict[str, object] = {"id": ctx.model, "contextWindow": 32768}
+        if self.max_tokens:
+            model["maxTokens"] = self.max_tokens
+        provider = {
+            "baseUrl": ctx.base_url,
+            "api": "openai-completions",
+            "apiKey": ctx.api_key,
+            "models": [model],
+        }
+        return {f"{AGENT_DIR}/models.json": json.dumps({"providers": {"forge": provider}})}
+
+    def env(self, ctx: AttemptContext) -> dict[str, str]:
+        return {
+            "PI_CODING_AGENT_DIR": ctx.path(AGENT_DIR),
+            "PI_OFFLINE": "1",
+            "PI_TELEMETRY": "0",
+            "NO_COLOR": "1",
+        }
+
+    def command(self, ctx: AttemptContext) -> list[str]:
+        return [
+            ctx.path(f"{MOUNT}/{NODE_BIN}"),
+            ctx.path(f"{MOUNT}/{self.package.entry}"),
+            "--provider",
+            "forge",
+            "--model",
+            ctx.model,
+            "--no-session",
+            "--mode",
+            "json",
+            "--no-context-files",
+            "--no-skills",
+            "--no-extensions",
+            "-p",
+            ctx.instruction,
+        ]
+
+    def final_answer(self, result: ExecResult) -> str | None:
+        """The text of the last assistant message in pi's ``agent_end`` event."""
+        for line in reversed(result.stdout.splitlines()):
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(event, dict) or event.get("type") != "agent_end":
+                continue
+            for message in reversed(event.get("messages") or []):
+                if message.get("role") != "assistant":
+                    continue
+                texts = [
+                    c.get("text", "")
+                    for c in message.get("content") or []
+                    if isinstance(c, dict) and c.get("type") == "text"
+                ]
+                return "".join(texts)
+            return None
+        return None

@@ -1,0 +1,97 @@
+"""The pi harness: its generated config and command, and the real pi binary in a HarnessPod."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from forge.harnesses import get_harness
+from forge.harnesses.base import AttemptContext
+from forge.harnesses.install import PACKAGES
+from forge.harnesses.pi import AGENT_DIR, MOUNT
+from forge.sandboxes.base import ExecResult
+
+needs_pi = pytest.mark.skipif(
+    not PACKAGES["pi"].installed(), reason="pi is not installed: forge harness install pi"
+)
+
+
+def _ctx(**kw) -> AttemptContext:
+    return AttemptContext(
+        base_url="http://127.0.0.1:8931/episodes/e/attempts/0/v1",
+        anthropic_base_url="http://127.0.0.1:8931/episodes/e/attempts/0",
+        api_key="key-1",
+        model="tiny",
+        instruction="Write hi to a.txt",
+        workspace="/workspace",
+        **kw,
+    )
+
+
+def test_config_points_pi_at_the_attempt() -> None:
+    pi = get_harness("pi", max_tokens=64)
+    files = pi.files(_ctx())
+    provider = json.loads(files[f"{AGENT_DIR}/models.json"])["providers"]["forge"]
+    assert provider["baseUrl"].endswith("/episodes/e/attempts/0/v1")
+    assert provider["apiKey"] == "key-1" and provider["api"] == "openai-completions"
+    assert provider["models"] == [{"id": "tiny", "contextWindow": 32768, "maxTokens": 64}]
+    cmd = pi.command(_ctx())
+    assert cmd[0].startswith(MOUNT) and cmd[-2:] == ["-p", "Write hi to a.txt"]
+    assert "--no-session" in cmd and cmd[cmd.index("--mode") + 1] == "json"
+    assert pi.env(_ctx())["PI_CODING_AGENT_DIR"] == AGENT_DIR
+    # Without isolation the sandbox maps its paths to host paths; so does the command.
+    mapped = pi.command(_ctx(paths={MOUNT: "/host/pi", "/home/agent": "/host/home"}))
+    assert mapped[0].startswith("/host/pi/")
+    assert pi.env(_ctx(paths={"/home/agent": "/host/home"}))["PI_CODING_AGENT_DIR"] == (
+        "/host/home/.pi/agent"
+    )
+
+
+def test_final_answer_is_the_last_assistant_text() -> None:
+    pi = get_harness("pi")
+    end = {
+        "type": "agent_end",
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "q"}]},
+            {"role": "assistant", "content": [{"type": "toolCall", "name": "bash"}]},
+            {"role": "toolResult", "content": [{"type": "text", "text": "out"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "42"}]},
+        ],
+    }
+    out = "\n".join(['{"type": "agent_start"}', "not json", json.dumps(end)])
+    assert pi.final_answer(ExecResult(0, out, "", 1.0)) == "42"
+    assert pi.final_answer(ExecResult(1, "boom", "", 1.0)) is None
+
+
+def test_missing_install_names_the_command(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("FORGE_CACHE", str(tmp_path))
+    with pytest.raises(RuntimeError, match="forge harness install pi"):
+        get_harness("pi").ro_mounts()
+
+
+@needs_pi
+@pytest.mark.slow
+@pytest.mark.ray
+def test_real_pi_oracle_gets_1_and_noop_gets_0(ray_cluster) -> None:
+    from actors.harness_pod import HarnessPod
+    from forge.config import PolicyConfig
+    from serve.policy import deploy_policy
+    from tasks import load_suite
+
+    ray = ray_cluster
+    task = next(t for t in load_suite("smoke") if t.id == "json_extract")
+    rewards = {}
+    for mode in ("oracle", "noop"):
+        config = PolicyConfig(engine={"name": "scripted", "mode": mode}, num_cpus=0.25)
+        handle = deploy_policy(config, f"pi-{mode}")
+        pod = ray.remote(HarnessPod).options(num_cpus=0.25).remote(handle, pod_id=f"pi-{mode}")
+        ray.get(pod.start.remote())
+        ep = ray.get(pod.run_episode.remote(task.model_dump(), "pi", episode_id=f"pi-{mode}"))
+        ray.get(pod.stop.remote())
+        assert ep.status == "ok", (ep.failure, ep.harness_log[-2000:])
+        assert all(t.prompt_ids and t.completion_ids for t in ep.turns)
+        assert ep.turns[0].request["tools"], "pi offers its tools"
+        rewards[mode] = (ep.reward, len(ep.turns))
+    assert rewards["oracle"] == (1.0, len(task.solution) + 1)
+    assert rewards["noop"] == (0.0, 1)
