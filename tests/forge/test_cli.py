@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -91,26 +93,35 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.slow
-def test_forge_serve_answers_on_loopback() -> None:
+@contextlib.contextmanager
+def forge_serve(*args: str, timeout_s: float = 180) -> Iterator[tuple[int, httpx.Response]]:
+    """``forge serve ARGS`` on a free port, up: yields the port and its /v1/models answer."""
     port = _free_port()
-    args = ["--engine", "scripted", "--task", "smoke/hello_file", "--port", str(port)]
     proc = subprocess.Popen(
-        [*FORGE, "serve", *args, "--num-cpus", "0.5"],
+        [*FORGE, "serve", *args, "--port", str(port), "--num-cpus", "0.5"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env=_env(),
     )
     try:
-        deadline = time.time() + 120
+        deadline = time.time() + timeout_s
         while True:
-            assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
+            assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
             try:
                 models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2)
                 break
             except httpx.TransportError:
                 assert time.time() < deadline, "forge serve did not come up"
                 time.sleep(0.5)
+        yield port, models
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_forge_serve_answers_on_loopback() -> None:
+    with forge_serve("--engine", "scripted", "--task", "smoke/hello_file") as (port, models):
         assert models.json()["data"][0]["id"] == "tiny"
         tool = {
             "type": "function",
@@ -123,6 +134,3 @@ def test_forge_serve_answers_on_loopback() -> None:
         r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=30)
         call = r.json()["choices"][0]["message"]["tool_calls"][0]["function"]
         assert call["name"] == "bash" and "hello.txt" in call["arguments"]
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)

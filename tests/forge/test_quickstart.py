@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.forge.test_cli import FORGE, _env, _free_port
+from tests.forge.test_cli import FORGE, _env, forge_serve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,23 +57,7 @@ def test_quickstart_learns_and_its_checkpoint_serves(tmp_path: Path) -> None:
     # The checkpoint is a Hugging Face model directory that `forge serve` loads and answers from.
     ckpt = run_dir / "checkpoints" / "step_16"
     assert (ckpt / "config.json").exists() and (ckpt / "trainer_state.json").exists()
-    port = _free_port()
-    proc = subprocess.Popen(
-        [*FORGE, "serve", "--model", str(ckpt), "--port", str(port), "--num-cpus", "0.5"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=_env(),
-    )
-    try:
-        deadline = time.time() + 180
-        while True:
-            assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2)
-                break
-            except httpx.TransportError:
-                assert time.time() < deadline, "forge serve did not come up"
-                time.sleep(0.5)
+    with forge_serve("--model", str(ckpt)) as (port, _):
         body = {
             "model": str(ckpt),
             "messages": [{"role": "user", "content": "Answer with a row of sevens."}],
@@ -84,6 +68,3 @@ def test_quickstart_learns_and_its_checkpoint_serves(tmp_path: Path) -> None:
         assert reply.status_code == 200, reply.text
         text = reply.json()["choices"][0]["message"]["content"]
         assert text.count("7") >= len(text.strip()) // 2, text  # it learned to answer in sevens
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
