@@ -107,6 +107,7 @@ class Run:
             .remote(config.model_dump(), self.policy, self.buffer, self.tasks)
         )
         self.step, self.version, self.requested, self.lost = 0, 0, 0, 0
+        self.saved_step = -1
         ckpt = latest_checkpoint(self.dir) if resume else None
         if ckpt is not None:
             ray.get(self.trainer.load_checkpoint.remote(str(ckpt)))
@@ -179,7 +180,10 @@ class Run:
     def checkpoint(self) -> str:
         """Save ``checkpoints/step_N`` and keep only the latest ``keep_checkpoints``."""
         root = self.dir / "checkpoints"
+        if self.saved_step == self.step:  # the final save right after a periodic one
+            return str(root / f"step_{self.step}")
         path = ray.get(self.trainer.save_checkpoint.remote(str(root / f"step_{self.step}")))
+        self.saved_step = self.step
         ckpts = sorted(root.glob("step_*"), key=lambda p: int(p.name.split("_")[1]))
         for old in ckpts[: -self.config.keep_checkpoints]:
             shutil.rmtree(old, ignore_errors=True)
