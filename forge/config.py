@@ -152,6 +152,7 @@ class RunConfig(_Strict):
     harness: str = Field("react", description="Harness every attempt runs.")
     harness_options: dict[str, Any] = Field(
         default_factory=dict,
+        validate_default=True,
         description="Options of the harness adapter, e.g. for react: tools (subset offered), "
         "system_prompt, max_tokens.",
     )
@@ -215,7 +216,13 @@ class RunConfig(_Strict):
         unknown = sorted(set(options) - set(known))
         if unknown:
             raise ValueError(f"unknown option(s) {unknown}; {adapter.__name__} takes {known}")
-        adapter(**options)  # the adapter's own checks (ValueError)
+        normalize = getattr(adapter, "normalize_options", None)
+        if normalize is not None:  # e.g. host paths made absolute while the cwd is known
+            options = normalize(options)
+        try:
+            adapter(**options)  # the adapter's own checks
+        except TypeError as e:  # a required option missing
+            raise ValueError(str(e).replace("__init__()", "")) from None
         return options
 
     @property

@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from forge.harnesses.base import AttemptContext, Harness
+from forge.harnesses.command import CommandHarness
 from forge.harnesses.pi import PiHarness
 from forge.harnesses.react import ReactHarness
 
-HARNESSES: dict[str, type] = {"react": ReactHarness, "pi": PiHarness}
+HARNESSES: dict[str, type] = {"react": ReactHarness, "pi": PiHarness, "command": CommandHarness}
 
 
-def get_harness(name: str, **options: Any) -> Harness:
+def get_harness(name: str, /, **options: Any) -> Harness:
     """A harness adapter; ``options`` go to its constructor."""
     try:
         cls = HARNESSES[name]
@@ -21,4 +22,12 @@ def get_harness(name: str, **options: Any) -> Harness:
     return cls(**options)
 
 
-__all__ = ["HARNESSES", "AttemptContext", "Harness", "PiHarness", "ReactHarness", "get_harness"]
+__all__ = [
+    "HARNESSES",
+    "AttemptContext",
+    "CommandHarness",
+    "Harness",
+    "PiHarness",
+    "ReactHarness",
+    "get_harness",
+]
