@@ -92,6 +92,22 @@ def _tasks(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval(args: argparse.Namespace) -> int:
+    from forge.evaluate import main as eval_main
+
+    overrides = list(args.overrides)
+    if args.tasks:
+        overrides.append(f"tasks={args.tasks}")
+    try:
+        config = load_config(args.config, overrides)
+    except ConfigError as e:
+        print(f"forge eval: {e}", file=sys.stderr)
+        return 2
+    harnesses = [h.strip() for h in (args.harness or config.harness).split(",") if h.strip()]
+    out = Path(args.out or os.path.join(config.runs_dir, f"eval-{config.name}"))
+    return eval_main(config, harnesses, args.k, out)
+
+
 def _harness(args: argparse.Namespace) -> int:
     from forge.harnesses import HARNESSES
     from forge.harnesses.install import PACKAGES, folder_size, install
@@ -147,6 +163,15 @@ def build_parser() -> argparse.ArgumentParser:
     tasks = sub.add_parser("tasks", help="validate and list a task suite")
     tasks.add_argument("suite", help="suite name (e.g. smoke) or path")
     tasks.set_defaults(func=_tasks)
+
+    ev = sub.add_parser("eval", help="pass@1, pass@k, pass^k per harness on a task suite")
+    ev.add_argument("config", help="YAML config (policy, limits), e.g. examples/oracle.yaml")
+    ev.add_argument("overrides", nargs="*", help="key=value overrides")
+    ev.add_argument("--harness", help="comma-separated harnesses (default: the config's)")
+    ev.add_argument("--tasks", help="task suite (default: the config's)")
+    ev.add_argument("-k", type=int, default=1, help="attempts per task and harness")
+    ev.add_argument("--out", help="output folder (default: runs/eval-<name>)")
+    ev.set_defaults(func=_eval)
 
     har = sub.add_parser("harness", help="list or install the real harnesses")
     har.add_argument("action", choices=["list", "install"])

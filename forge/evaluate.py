@@ -1,0 +1,142 @@
+"""``forge eval``: the harness comparison. Every task K times per harness, same policy.
+
+For each harness in turn a Scheduler plays ``k`` attempts of every task (no retries: an attempt
+that fails counts as a failure, with its reason) and the episodes are scored:
+
+    pass@1   mean over tasks of c/k (c: attempts of the task that passed, reward >= 1)
+    pass@k   share of tasks with at least one passing attempt
+    pass^k   share of tasks whose k attempts all passed (reliability)
+
+plus mean turns, tool calls by tool name and failures by reason. ``DIR/eval.json`` holds
+``{"harnesses": {NAME: {...}}}``, ``DIR/eval.md`` the table, ``DIR/<harness>/episodes.jsonl``
+every finished episode and ``DIR/<harness>/episodes/failures.jsonl`` every failed attempt.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from forge.cluster import init_ray
+from forge.config import RunConfig
+from forge.harnesses import HARNESSES
+from forge.harnesses.install import PACKAGES, HarnessNotInstalled
+from forge.types import Episode
+
+
+def score(
+    tasks: list[str], episodes: list[Episode], k: int, failures: dict[str, int]
+) -> dict[str, Any]:
+    """The metrics of one harness from its ok episodes and its failed attempts' reasons (a
+    failed attempt counts as not passed)."""
+    passed: Counter[str] = Counter()
+    for ep in episodes:
+        if ep.status == "ok" and ep.reward >= 1.0:
+            passed[ep.task_id] += 1
+    n = max(1, len(tasks))
+    tools: Counter[str] = Counter()
+    for ep in episodes:
+        for turn in ep.turns:
+            tools.update(call.get("name", "?") for call in turn.tool_calls)
+    return {
+        "pass@1": sum(min(passed[t], k) / k for t in tasks) / n,
+        "pass@k": sum(1 for t in tasks if passed[t] > 0) / n,
+        "pass^k": sum(1 for t in tasks if passed[t] >= k) / n,
+        "k": k,
+        "tasks": len(tasks),
+        "episodes": len(episodes) + sum(failures.values()),
+        "reward_mean": sum(ep.reward for ep in episodes) / max(1, len(episodes)),
+        "turns_mean": sum(len(ep.turns) for ep in episodes) / max(1, len(episodes)),
+        "tool_calls": dict(tools.most_common()),
+        "failures": dict(failures),  # by reason
+        "failed_tasks": sorted(t for t in tasks if passed[t] < k),
+    }
+
+
+def table(results: dict[str, dict[str, Any]]) -> str:
+    lines = [
+        "| harness | pass@1 | pass@k | pass^k | k | episodes | mean turns | failures |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in results.items():
+        fails = ", ".join(f"{k} {v}" for k, v in r["failures"].items()) or "-"
+        lines.append(
+            f"| {name} | {r['pass@1']:.3f} | {r['pass@k']:.3f} | {r['pass^k']:.3f} | {r['k']} "
+            f"| {r['episodes']} | {r['turns_mean']:.1f} | {fails} |"
+        )
+    return "\n".join(lines)
+
+
+def evaluate(config: RunConfig, harnesses: list[str], k: int, out: Path) -> dict[str, Any]:
+    from actors.replay_buffer import ReplayBuffer
+    from actors.scheduler import Scheduler
+    from serve.policy import deploy_policy
+    from tasks.loader import load_suite
+
+    for name in harnesses:
+        if name not in HARNESSES:
+            raise ValueError(f"--harness: unknown {name!r}; known: {', '.join(sorted(HARNESSES))}")
+        if name in PACKAGES:
+            PACKAGES[name].require()
+    tasks = [t.model_dump() for t in load_suite(config.tasks)]
+    if config.task_ids:
+        tasks = [t for t in tasks if t["id"] in set(config.task_ids)]
+    for t in tasks:
+        t["limits"].update(config.task_limits)
+    init_ray()
+    policy = deploy_policy(config.policy, app_name="forge-eval-policy")
+    results: dict[str, dict[str, Any]] = {}
+    for name in harnesses:
+        t0 = time.perf_counter()
+        run = config.model_copy(
+            update={
+                "harness": name,
+                # the config's options belong to its own harness; the others run as shipped
+                "harness_options": config.harness_options if name == config.harness else {},
+                "rollout": config.rollout.model_copy(update={"max_retries": 0}),
+            }
+        )
+        folder = out / name
+        buffer = ray.remote(ReplayBuffer).options(num_cpus=0).remote(str(folder), 1, 0)
+        sched = (
+            ray.remote(Scheduler)
+            .options(num_cpus=0)
+            .remote(run.model_dump(), policy, buffer, tasks)
+        )
+        ray.get(sched.start.remote())
+        episodes = ray.get(sched.evaluate.remote(tasks * k, config.eval_temperature))
+        failures = ray.get(sched.stop.remote())["failures"]
+        ray.get(buffer.close.remote())
+        with open(folder / "episodes.jsonl", "w") as f:
+            for ep in episodes:
+                f.write(json.dumps(ep.to_dict()) + "\n")
+        results[name] = score([t["id"] for t in tasks], episodes, k, failures)
+        results[name]["seconds"] = time.perf_counter() - t0
+        print(
+            f"[forge] {name}: pass@1 {results[name]['pass@1']:.3f}, pass@{k} "
+            f"{results[name]['pass@k']:.3f}, pass^{k} {results[name]['pass^k']:.3f} "
+            f"({len(episodes)} episodes, {results[name]['seconds']:.0f}s)",
+            flush=True,
+        )
+    return results
+
+
+def main(config: RunConfig, harnesses: list[str], k: int, out: Path) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        results = evaluate(config, harnesses, k, out)
+    except (ValueError, HarnessNotInstalled) as e:
+        print(f"forge eval: {e}", file=sys.stderr)
+        return 2
+    report = {"tasks": config.tasks, "model": config.policy.engine.model, "harnesses": results}
+    (out / "eval.json").write_text(json.dumps(report, indent=2))
+    md = table(results)
+    (out / "eval.md").write_text(md + "\n")
+    print(md)
+    return 0
