@@ -222,7 +222,7 @@ class RunConfig(_Strict):
         try:
             adapter(**options)  # the adapter's own checks
         except TypeError as e:  # a required option missing
-            raise ValueError(str(e).replace("__init__()", "")) from None
+            raise ValueError(str(e).replace(".__init__()", ":")) from None
         return options
 
     @property

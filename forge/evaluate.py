@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from pydantic import ValidationError
 
 from forge.cluster import init_ray
 from forge.config import RunConfig
@@ -84,6 +85,18 @@ def evaluate(config: RunConfig, harnesses: list[str], k: int, out: Path) -> dict
             raise ValueError(f"--harness: unknown {name!r}; known: {', '.join(sorted(HARNESSES))}")
         if name in PACKAGES:
             PACKAGES[name].require()
+    runs = {}
+    for name in harnesses:
+        data = config.model_dump()
+        data["rollout"]["max_retries"] = 0
+        # the config's options belong to its own harness; the others run as shipped
+        data.update(
+            harness=name, harness_options=data["harness_options"] if name == config.harness else {}
+        )
+        try:
+            runs[name] = RunConfig.model_validate(data)
+        except ValidationError as e:
+            raise ValueError(f"--harness {name}: {e.errors()[0]['msg']}") from None
     tasks = [t.model_dump() for t in load_suite(config.tasks)]
     if config.task_ids:
         tasks = [t for t in tasks if t["id"] in set(config.task_ids)]
@@ -94,14 +107,7 @@ def evaluate(config: RunConfig, harnesses: list[str], k: int, out: Path) -> dict
     results: dict[str, dict[str, Any]] = {}
     for name in harnesses:
         t0 = time.perf_counter()
-        run = config.model_copy(
-            update={
-                "harness": name,
-                # the config's options belong to its own harness; the others run as shipped
-                "harness_options": config.harness_options if name == config.harness else {},
-                "rollout": config.rollout.model_copy(update={"max_retries": 0}),
-            }
-        )
+        run = runs[name]
         folder = out / name
         buffer = ray.remote(ReplayBuffer).options(num_cpus=0).remote(str(folder), 1, 0)
         sched = (
