@@ -108,6 +108,21 @@ def _eval(args: argparse.Namespace) -> int:
     return eval_main(config, harnesses, args.k, out)
 
 
+def _analyze(args: argparse.Namespace) -> int:
+    import json
+
+    from forge.analyze import analyze, table
+
+    try:
+        report = analyze(Path(args.run_dir))
+    except FileNotFoundError as e:
+        print(f"forge analyze: {e}", file=sys.stderr)
+        return 2
+    (Path(args.run_dir) / "analysis.json").write_text(json.dumps(report, indent=2))
+    print(table(report))
+    return 0
+
+
 def _harness(args: argparse.Namespace) -> int:
     from forge.harnesses import HARNESSES
     from forge.harnesses.install import PACKAGES, folder_size, install
@@ -172,6 +187,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("-k", type=int, default=1, help="attempts per task and harness")
     ev.add_argument("--out", help="output folder (default: runs/eval-<name>)")
     ev.set_defaults(func=_eval)
+
+    ana = sub.add_parser("analyze", help="tool-use behaviour per policy version of a run")
+    ana.add_argument("run_dir", help="a run directory (runs/<name>)")
+    ana.set_defaults(func=_analyze)
 
     har = sub.add_parser("harness", help="list or install the real harnesses")
     har.add_argument("action", choices=["list", "install"])

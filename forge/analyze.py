@@ -1,0 +1,164 @@
+"""``forge analyze RUN_DIR``: what RL changed in how the agent works, per policy version.
+
+Read from the recorded episodes (the proxy's requests and completions), for every policy version
+that produced episodes:
+
+    shell_share      share of tool calls that go to a generic shell instead of a dedicated tool
+    self_verify      share of episodes that change a file and then check it (read it back, list
+                     it, run something on it) before they end
+    tool_coverage    distinct tools used over tools offered, mean over episodes
+    error_recovery   share of episodes with a failed tool call where a later call of the same
+                     tool succeeds
+
+The tool results come from the next request's history (chat ``tool`` messages, Responses
+``function_call_output`` items, Anthropic ``tool_result`` blocks). Errors are recognised by
+their text (exit codes, "error", "No such file", tracebacks): a heuristic, stated as such.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+SHELL_TOOLS = {"shell", "bash", "exec", "exec_command", "run", "terminal", "execute", "run_shell"}
+FINISH_TOOLS = {"finish", "submit", "final_answer", "done"}
+WRITE_TOOLS = {"write", "write_file", "edit", "edit_file", "apply_patch", "create_file"}
+READ_TOOLS = {"read", "read_file", "view", "ls", "list_dir", "grep", "glob", "find"}
+SHELL_WRITE = re.compile(r"(>|\btee\b|\bsed\s+-i|\bmv\b|\bcp\b|\brm\b|\bmkdir\b|\btouch\b)")
+SHELL_CHECK = re.compile(r"\b(cat|head|tail|ls|grep|wc|diff|test|stat|python3?|jq|find)\b|\[ ")
+ERROR = re.compile(
+    r"(exit code: [1-9]|\berror\b|no such file|not found|traceback|permission denied|"
+    r"\"is_?error\": ?true)",
+    re.IGNORECASE,
+)
+
+
+def _offered(request: dict[str, Any]) -> set[str]:
+    names = set()
+    for tool in request.get("tools") or []:
+        fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+        if isinstance(fn, dict) and fn.get("name"):
+            names.add(fn["name"])
+    return names
+
+
+def _results(request: dict[str, Any]) -> dict[str, str]:
+    """Tool results in a request's history, by call id, whatever the protocol."""
+    out: dict[str, str] = {}
+    for item in request.get("messages") or request.get("input") or []:
+        if not isinstance(item, dict):
+            continue
+        if item.get("role") == "tool":  # chat completions
+            out[item.get("tool_call_id", "")] = json.dumps(item.get("content"))
+        elif item.get("type") in ("function_call_output", "custom_tool_call_output"):
+            out[item.get("call_id", "")] = json.dumps(item.get("output"))
+        elif isinstance(item.get("content"), list):  # anthropic tool_result blocks
+            for block in item["content"]:
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    out[block.get("tool_use_id", "")] = json.dumps(block)
+    return out
+
+
+def _command(call: dict[str, Any]) -> str:
+    try:
+        args = json.loads(call.get("arguments") or "{}")
+    except ValueError:
+        return str(call.get("arguments"))
+    if isinstance(args, dict):
+        return " ".join(str(v) for v in args.values())
+    return str(args)
+
+
+def episode_behaviour(episode: dict[str, Any]) -> dict[str, Any]:
+    """One episode's calls, in order: (tool, is_shell, writes, checks, failed)."""
+    turns = episode.get("turns") or []
+    results: dict[str, str] = {}
+    for turn in turns:
+        results.update(_results(turn.get("request") or {}))
+    calls = []
+    for turn in turns:
+        for call in turn.get("tool_calls") or []:
+            name = call.get("name", "")
+            if name in FINISH_TOOLS:
+                continue
+            shell = name in SHELL_TOOLS
+            text = _command(call)
+            result = results.get(call.get("id", ""))
+            calls.append(
+                {
+                    "tool": name,
+                    "shell": shell,
+                    "writes": name in WRITE_TOOLS or (shell and bool(SHELL_WRITE.search(text))),
+                    "checks": name in READ_TOOLS or (shell and bool(SHELL_CHECK.search(text))),
+                    "failed": None if result is None else bool(ERROR.search(result)),
+                }
+            )
+    offered = _offered((turns[0].get("request") or {}) if turns else {}) - FINISH_TOOLS
+    return {"calls": calls, "offered": offered}
+
+
+def _rates(episodes: list[dict[str, Any]]) -> dict[str, Any]:
+    n_calls = n_shell = wrote = verified = erred = recovered = 0
+    coverage: list[float] = []
+    for ep in episodes:
+        b = episode_behaviour(ep)
+        calls = b["calls"]
+        n_calls += len(calls)
+        n_shell += sum(c["shell"] for c in calls)
+        first_write = next((i for i, c in enumerate(calls) if c["writes"]), None)
+        if first_write is not None:
+            wrote += 1
+            verified += any(c["checks"] for c in calls[first_write + 1 :])
+        fails = [i for i, c in enumerate(calls) if c["failed"]]
+        if fails:
+            erred += 1
+            i = fails[0]
+            recovered += any(
+                c["tool"] == calls[i]["tool"] and c["failed"] is False for c in calls[i + 1 :]
+            )
+        if b["offered"]:
+            used = {c["tool"] for c in calls} & b["offered"]
+            coverage.append(len(used) / len(b["offered"]))
+    return {
+        "episodes": len(episodes),
+        "tool_calls": n_calls,
+        "shell_share": n_shell / n_calls if n_calls else None,
+        "self_verify": verified / wrote if wrote else None,
+        "tool_coverage": sum(coverage) / len(coverage) if coverage else None,
+        "error_recovery": recovered / erred if erred else None,
+        "reward_mean": sum(ep.get("reward", 0.0) for ep in episodes) / max(1, len(episodes)),
+    }
+
+
+def analyze(run_dir: Path) -> dict[str, Any]:
+    """Behaviour per policy version over ``RUN_DIR/episodes/episodes.jsonl``."""
+    path = run_dir / "episodes" / "episodes.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no recorded episodes (is {run_dir} a run directory?)")
+    by_version: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        ep = json.loads(line)
+        versions = [t.get("policy_version", 0) for t in ep.get("turns") or []]
+        by_version[max(versions, default=0)].append(ep)
+    return {"versions": {str(v): _rates(eps) for v, eps in sorted(by_version.items())}}
+
+
+def table(report: dict[str, Any]) -> str:
+    def fmt(x: float | None) -> str:
+        return "-" if x is None else f"{x:.2f}"
+
+    lines = [
+        "| version | episodes | reward | shell share | self-verify | tool coverage | recovery |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for v, r in report["versions"].items():
+        lines.append(
+            f"| {v} | {r['episodes']} | {r['reward_mean']:.2f} | {fmt(r['shell_share'])} | "
+            f"{fmt(r['self_verify'])} | {fmt(r['tool_coverage'])} | {fmt(r['error_recovery'])} |"
+        )
+    return "\n".join(lines)
