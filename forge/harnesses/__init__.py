@@ -7,6 +7,7 @@ from typing import Any
 from forge.harnesses.base import AttemptContext, Harness
 from forge.harnesses.codex import CodexHarness
 from forge.harnesses.command import CommandHarness
+from forge.harnesses.mini_swe_agent import MiniSweAgentHarness
 from forge.harnesses.pi import PiHarness
 from forge.harnesses.react import ReactHarness
 
@@ -14,6 +15,7 @@ HARNESSES: dict[str, type] = {
     "react": ReactHarness,
     "pi": PiHarness,
     "codex": CodexHarness,
+    "mini-swe-agent": MiniSweAgentHarness,
     "command": CommandHarness,
 }
 
@@ -34,6 +36,7 @@ __all__ = [
     "CodexHarness",
     "CommandHarness",
     "Harness",
+    "MiniSweAgentHarness",
     "PiHarness",
     "ReactHarness",
     "get_harness",

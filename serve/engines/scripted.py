@@ -10,6 +10,7 @@ records have exactly the shape of a real model's.
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 from forge.types import ChatRequest, Tool, ToolCall
@@ -84,13 +85,31 @@ def step_call(step: Any, tools: list[Tool], call_id: str) -> ToolCall | None:
     return ToolCall(call_id, tool.name, json.dumps({param: command}, ensure_ascii=False))
 
 
-def finish_call(tools: list[Tool], answer: str, call_id: str) -> ToolCall | None:
+def finish_call(
+    tools: list[Tool], answer: str, call_id: str, submit_marker: str | None = None
+) -> ToolCall | None:
+    """A call of the harness's finish tool with ``answer``; where the harness ends a task by a
+    shell command whose first output line is a marker its prompt names (mini-swe-agent's
+    ``COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT``), that command, with the answer after it."""
     for tool in tools:
         if tool.kind == "function" and tool.name.lower() in FINISH_NAMES:
             props = list(_props(tool))
             key = props[0] if props else "answer"
             return ToolCall(call_id, tool.name, json.dumps({key: answer}, ensure_ascii=False))
+    shell = find_shell_tool(tools)
+    if submit_marker and shell is not None:
+        tool, param = shell
+        command = f"printf '%s\\n%s\\n' {submit_marker} {shlex.quote(answer)}"
+        return ToolCall(call_id, tool.name, json.dumps({param: command}, ensure_ascii=False))
     return None
+
+
+SUBMIT_MARKERS = ("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT",)
+
+
+def _submit_marker(chat: ChatRequest) -> str | None:
+    text = " ".join(str(m.content) for m in chat.messages if m.role in ("system", "user"))
+    return next((m for m in SUBMIT_MARKERS if m in text), None)
 
 
 def next_action(chat: ChatRequest, mode: str = "oracle") -> str:
@@ -107,7 +126,7 @@ def next_action(chat: ChatRequest, mode: str = "oracle") -> str:
         if call is not None:
             return render_assistant("", [call])
     elif done == len(steps):
-        call = finish_call(chat.tools, answer, call_id)
+        call = finish_call(chat.tools, answer, call_id, _submit_marker(chat))
         if call is not None:
             return render_assistant("", [call])
     return answer

@@ -178,3 +178,22 @@ def test_engine_needs_the_chat_request(engine: ScriptedEngine) -> None:
     req = EngineRequest([1], SamplingParams(max_tokens=8), None)
     with pytest.raises(ValueError, match="chat request"):
         asyncio.run(engine.generate([req]))
+
+
+def test_submits_through_the_shell_marker_a_prompt_names(tmp_path: Path) -> None:
+    """mini-swe-agent ends a task with a command whose first output line is its marker."""
+    marker = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+    messages = [Message("system", f"Finish with `echo {marker}`."), Message("user", "go")]
+    script = {"steps": [], "answer": "it's 3"}
+    text = next_action(
+        ChatRequest(messages=messages, tools=[tool("bash", "command")], script=script)
+    )
+    _, calls = parse_tool_calls(text)
+    command = json.loads(calls[0].arguments)["command"]
+    out = subprocess.run(["sh", "-c", command], capture_output=True, text=True, cwd=tmp_path)
+    assert out.stdout.splitlines() == [marker, "it's 3"]
+    # Without the marker in the prompt the oracle answers in plain text, as before.
+    plain = next_action(
+        ChatRequest(messages=messages[1:], tools=[tool("bash", "command")], script=script)
+    )
+    assert plain == "it's 3"

@@ -1,0 +1,79 @@
+"""The mini-swe-agent harness: its command, its answer, and the real agent in a HarnessPod."""
+
+from __future__ import annotations
+
+import pytest
+
+from forge.harnesses import get_harness
+from forge.harnesses.base import AttemptContext
+from forge.harnesses.install import PACKAGES
+from forge.harnesses.mini_swe_agent import MOUNT, TRAJECTORY
+from forge.sandboxes.base import ExecResult
+
+needs_mini = pytest.mark.skipif(
+    not PACKAGES["mini-swe-agent"].installed(),
+    reason="mini-swe-agent is not installed: forge harness install mini-swe-agent",
+)
+
+
+def _ctx(**kw) -> AttemptContext:
+    return AttemptContext(
+        base_url="http://127.0.0.1:8931/episodes/e/attempts/0/v1",
+        anthropic_base_url="http://127.0.0.1:8931/episodes/e/attempts/0",
+        api_key="key-1",
+        model="tiny",
+        instruction="How many lines?",
+        workspace="/workspace",
+        max_turns=7,
+        **kw,
+    )
+
+
+def test_command_points_litellm_at_the_attempt() -> None:
+    mini = get_harness("mini-swe-agent")
+    cmd = mini.command(_ctx())
+    assert cmd[:2] == ["python3", "-c"] and cmd[3] == TRAJECTORY
+    assert "model.model_kwargs.api_base=http://127.0.0.1:8931/episodes/e/attempts/0/v1" in cmd
+    assert "model.model_kwargs.api_key=key-1" in cmd and "agent.step_limit=7" in cmd
+    assert cmd[cmd.index("-m") + 1] == "openai/tiny" and cmd[-2:] == ["-t", "How many lines?"]
+    env = mini.env(_ctx())
+    assert env["PYTHONPATH"] == MOUNT and env["MSWEA_CONFIGURED"] == "true"
+    mapped = _ctx(paths={MOUNT: "/host/mini", "/home/agent": "/host/home"})
+    assert mini.env(mapped)["PYTHONPATH"] == "/host/mini"
+    assert mini.command(mapped)[3] == "/host/home/mini-trajectory.json"
+
+
+def test_final_answer_is_the_submission_line() -> None:
+    mini = get_harness("mini-swe-agent")
+    out = 'agent chatter\n{"final_answer": "3", "exit_status": "Submitted"}\n'
+    assert mini.final_answer(ExecResult(0, out, "", 1.0)) == "3"
+    out = '{"final_answer": null, "exit_status": "RepeatedFormatError"}\n'
+    assert mini.final_answer(ExecResult(0, out, "", 1.0)) is None
+
+
+@needs_mini
+@pytest.mark.slow
+@pytest.mark.ray
+def test_real_mini_oracle_gets_1_and_noop_gets_0(ray_cluster) -> None:
+    from actors.harness_pod import HarnessPod
+    from forge.config import PolicyConfig
+    from serve.policy import deploy_policy
+    from tasks import load_suite
+
+    ray = ray_cluster
+    task = next(t for t in load_suite("smoke") if t.id == "count_errors")
+    episodes = {}
+    for mode in ("oracle", "noop"):
+        config = PolicyConfig(engine={"name": "scripted", "mode": mode}, num_cpus=0.25)
+        handle = deploy_policy(config, f"mini-{mode}")
+        pod = ray.remote(HarnessPod).options(num_cpus=0.25).remote(handle, pod_id=f"mini-{mode}")
+        ray.get(pod.start.remote())
+        ep = ray.get(pod.run_episode.remote(task.model_dump(), "mini-swe-agent"))
+        ray.get(pod.stop.remote())
+        assert ep.status == "ok", (ep.failure, ep.harness_log[-2000:])
+        assert all(t.prompt_ids and t.completion_ids for t in ep.turns)
+        episodes[mode] = ep
+    good, bad = episodes["oracle"], episodes["noop"]
+    # the oracle submits through mini's own convention; its answer is the submission
+    assert good.reward == 1.0 and good.final_answer == "3"
+    assert bad.reward == 0.0
