@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from forge.sandboxes.base import ExecResult
 
@@ -63,3 +65,24 @@ class Harness(Protocol):
     def final_answer(self, result: ExecResult) -> str | None:
         """The harness's final answer, read from its output."""
         ...
+
+
+def last_json(stdout: str, match: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
+    """The last JSON object line of ``stdout`` that ``match`` accepts (harnesses that report
+    in JSON lines); None when there is none."""
+    for line in reversed(stdout.splitlines()):
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and match(record):
+            return record
+    return None
+
+
+def string_field(record: dict[str, Any] | None, key: str) -> str | None:
+    value = (record or {}).get(key)
+    return value if isinstance(value, str) else None

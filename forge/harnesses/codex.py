@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 
-from forge.harnesses.base import AttemptContext
+from forge.harnesses.base import AttemptContext, last_json, string_field
 from forge.harnesses.install import PACKAGES
 from forge.sandboxes.base import ExecResult
 from forge.sandboxes.bwrap import HOME
@@ -80,14 +80,14 @@ class CodexHarness:
 
     def final_answer(self, result: ExecResult) -> str | None:
         """The text of the last ``agent_message`` item Codex completed."""
-        for line in reversed(result.stdout.splitlines()):
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if not isinstance(event, dict) or event.get("type") != "item.completed":
-                continue
+
+        def agent_message(event: dict) -> bool:
             item = event.get("item")
-            if isinstance(item, dict) and item.get("type") == "agent_message":
-                return item.get("text")
-        return None
+            return (
+                event.get("type") == "item.completed"
+                and isinstance(item, dict)
+                and item.get("type") == "agent_message"
+            )
+
+        event = last_json(result.stdout, agent_message)
+        return string_field(event["item"], "text") if event else None

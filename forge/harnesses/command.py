@@ -31,7 +31,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from forge.harnesses.base import AttemptContext
+from forge.harnesses.base import AttemptContext, last_json
 from forge.sandboxes.base import ExecResult
 from forge.sandboxes.bwrap import HOME
 
@@ -115,12 +115,8 @@ class CommandHarness:
         field = self.answer.get("json_field")
         if field is None:
             return lines[-1] if lines else None
-        for line in reversed(lines):
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and field in record:
-                value = record[field]
-                return value if isinstance(value, str) else json.dumps(value)
-        return None
+        record = last_json(result.stdout, lambda r: field in r)
+        if record is None:
+            return None
+        value = record[field]
+        return value if isinstance(value, str) else json.dumps(value)

@@ -13,9 +13,7 @@ workspace path and TZ are fixed by the sandbox.
 
 from __future__ import annotations
 
-import json
-
-from forge.harnesses.base import AttemptContext
+from forge.harnesses.base import AttemptContext, last_json, string_field
 from forge.harnesses.install import PACKAGES
 from forge.sandboxes.base import ExecResult
 from forge.sandboxes.bwrap import HOME
@@ -91,12 +89,4 @@ class MiniSweAgentHarness:
         ]
 
     def final_answer(self, result: ExecResult) -> str | None:
-        for line in reversed(result.stdout.splitlines()):
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and "final_answer" in record:
-                answer = record["final_answer"]
-                return answer if isinstance(answer, str) else None
-        return None
+        return string_field(last_json(result.stdout, lambda r: "final_answer" in r), "final_answer")

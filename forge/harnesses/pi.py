@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 
-from forge.harnesses.base import AttemptContext
+from forge.harnesses.base import AttemptContext, last_json
 from forge.harnesses.install import NODE_BIN, PACKAGES
 from forge.sandboxes.base import ExecResult
 from forge.sandboxes.bwrap import HOME
@@ -76,21 +76,12 @@ class PiHarness:
 
     def final_answer(self, result: ExecResult) -> str | None:
         """The text of the last assistant message in pi's ``agent_end`` event."""
-        for line in reversed(result.stdout.splitlines()):
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if not isinstance(event, dict) or event.get("type") != "agent_end":
-                continue
-            for message in reversed(event.get("messages") or []):
-                if message.get("role") != "assistant":
-                    continue
-                texts = [
-                    c.get("text", "")
-                    for c in message.get("content") or []
-                    if isinstance(c, dict) and c.get("type") == "text"
-                ]
-                return "".join(texts)
+        end = last_json(result.stdout, lambda e: e.get("type") == "agent_end")
+        messages = [m for m in (end or {}).get("messages") or [] if isinstance(m, dict)]
+        replies = [m for m in messages if m.get("role") == "assistant"]
+        if not replies:
             return None
-        return None
+        content = replies[-1].get("content") or []
+        return "".join(
+            c.get("text", "") for c in content if isinstance(c, dict) and c.get("type") == "text"
+        )

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from forge.harnesses.base import AttemptContext
+from forge.harnesses.base import AttemptContext, last_json, string_field
 from forge.sandboxes.base import ExecResult
 
 PROGRAM_HOST = str(Path(__file__).with_name("react_agent.py").resolve())
@@ -78,27 +77,9 @@ class ReactHarness:
 
     def final_answer(self, result: ExecResult) -> str | None:
         """``final_answer`` of the last JSON line on stdout (None when there is none)."""
-        for line in reversed(result.stdout.splitlines()):
-            line = line.strip()
-            if not line.startswith("{"):
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and "final_answer" in record:
-                answer = record["final_answer"]
-                return answer if isinstance(answer, str) else None
-        return None
+        return string_field(last_json(result.stdout, lambda r: "final_answer" in r), "final_answer")
 
     @staticmethod
     def summary(result: ExecResult) -> dict[str, object] | None:
         """The agent's whole last JSON line (``final_answer``, ``turns``, ``stop``)."""
-        for line in reversed(result.stdout.splitlines()):
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and "stop" in record:
-                return record
-        return None
+        return last_json(result.stdout, lambda r: "stop" in r)

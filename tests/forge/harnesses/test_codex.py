@@ -12,6 +12,7 @@ from forge.harnesses.base import AttemptContext
 from forge.harnesses.codex import CODEX_HOME, MOUNT
 from forge.harnesses.install import PACKAGES
 from forge.sandboxes.base import ExecResult
+from tests.forge.harnesses.helpers import attempt_ctx, oracle_and_noop
 
 needs_codex = pytest.mark.skipif(
     not PACKAGES["codex"].installed(), reason="codex is not installed: forge harness install codex"
@@ -19,15 +20,7 @@ needs_codex = pytest.mark.skipif(
 
 
 def _ctx(**kw) -> AttemptContext:
-    return AttemptContext(
-        base_url="http://127.0.0.1:8931/episodes/e/attempts/0/v1",
-        anthropic_base_url="http://127.0.0.1:8931/episodes/e/attempts/0",
-        api_key="key-1",
-        model='ti"ny',
-        instruction="Write hi to a.txt",
-        workspace="/workspace",
-        **kw,
-    )
+    return attempt_ctx(model='ti"ny', **kw)
 
 
 def test_config_points_codex_at_the_attempt() -> None:
@@ -63,23 +56,8 @@ def test_final_answer_is_the_last_agent_message() -> None:
 @pytest.mark.slow
 @pytest.mark.ray
 def test_real_codex_oracle_gets_1_and_noop_gets_0(ray_cluster) -> None:
-    from actors.harness_pod import HarnessPod
-    from forge.config import PolicyConfig
-    from serve.policy import deploy_policy
-    from tasks import load_suite
-
-    ray = ray_cluster
-    task = next(t for t in load_suite("smoke") if t.id == "json_extract")
-    rewards = {}
-    for mode in ("oracle", "noop"):
-        config = PolicyConfig(engine={"name": "scripted", "mode": mode}, num_cpus=0.25)
-        handle = deploy_policy(config, f"codex-{mode}")
-        pod = ray.remote(HarnessPod).options(num_cpus=0.25).remote(handle, pod_id=f"cx-{mode}")
-        ray.get(pod.start.remote())
-        ep = ray.get(pod.run_episode.remote(task.model_dump(), "codex", episode_id=f"cx-{mode}"))
-        ray.get(pod.stop.remote())
-        assert ep.status == "ok", (ep.failure, ep.harness_log[-2000:])
-        assert all(t.protocol == "responses" and t.completion_ids for t in ep.turns)
-        rewards[mode] = (ep.reward, len(ep.turns))
-    assert rewards["oracle"] == (1.0, len(task.solution) + 1)
-    assert rewards["noop"] == (0.0, 1)
+    eps = oracle_and_noop(ray_cluster, "codex", "json_extract")
+    good, bad = eps["oracle"], eps["noop"]
+    assert all(t.protocol == "responses" for t in good.turns + bad.turns)
+    assert (good.reward, len(good.turns)) == (1.0, 2)  # the solution step, then the answer
+    assert (bad.reward, len(bad.turns)) == (0.0, 1)

@@ -10,21 +10,14 @@ from forge.config import ConfigError, load_config
 from forge.harnesses import get_harness
 from forge.harnesses.base import AttemptContext
 from forge.sandboxes.base import ExecResult
+from tests.forge.harnesses.helpers import attempt_ctx
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "command-harness.yaml"
 
 
 def _ctx(**kw) -> AttemptContext:
-    return AttemptContext(
-        base_url="http://127.0.0.1:8931/episodes/e/attempts/0/v1",
-        anthropic_base_url="http://127.0.0.1:8931/episodes/e/attempts/0",
-        api_key="key-1",
-        model="tiny",
-        instruction="Write hi to a.txt",
-        workspace="/workspace",
-        **kw,
-    )
+    return attempt_ctx(**kw)
 
 
 def test_placeholders_are_filled_and_json_braces_kept() -> None:

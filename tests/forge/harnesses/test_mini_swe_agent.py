@@ -9,6 +9,7 @@ from forge.harnesses.base import AttemptContext
 from forge.harnesses.install import PACKAGES
 from forge.harnesses.mini_swe_agent import MOUNT, TRAJECTORY
 from forge.sandboxes.base import ExecResult
+from tests.forge.harnesses.helpers import attempt_ctx, oracle_and_noop
 
 needs_mini = pytest.mark.skipif(
     not PACKAGES["mini-swe-agent"].installed(),
@@ -17,16 +18,7 @@ needs_mini = pytest.mark.skipif(
 
 
 def _ctx(**kw) -> AttemptContext:
-    return AttemptContext(
-        base_url="http://127.0.0.1:8931/episodes/e/attempts/0/v1",
-        anthropic_base_url="http://127.0.0.1:8931/episodes/e/attempts/0",
-        api_key="key-1",
-        model="tiny",
-        instruction="How many lines?",
-        workspace="/workspace",
-        max_turns=7,
-        **kw,
-    )
+    return attempt_ctx(instruction="How many lines?", max_turns=7, **kw)
 
 
 def test_command_points_litellm_at_the_attempt() -> None:
@@ -55,25 +47,8 @@ def test_final_answer_is_the_submission_line() -> None:
 @pytest.mark.slow
 @pytest.mark.ray
 def test_real_mini_oracle_gets_1_and_noop_gets_0(ray_cluster) -> None:
-    from actors.harness_pod import HarnessPod
-    from forge.config import PolicyConfig
-    from serve.policy import deploy_policy
-    from tasks import load_suite
-
-    ray = ray_cluster
-    task = next(t for t in load_suite("smoke") if t.id == "count_errors")
-    episodes = {}
-    for mode in ("oracle", "noop"):
-        config = PolicyConfig(engine={"name": "scripted", "mode": mode}, num_cpus=0.25)
-        handle = deploy_policy(config, f"mini-{mode}")
-        pod = ray.remote(HarnessPod).options(num_cpus=0.25).remote(handle, pod_id=f"mini-{mode}")
-        ray.get(pod.start.remote())
-        ep = ray.get(pod.run_episode.remote(task.model_dump(), "mini-swe-agent"))
-        ray.get(pod.stop.remote())
-        assert ep.status == "ok", (ep.failure, ep.harness_log[-2000:])
-        assert all(t.prompt_ids and t.completion_ids for t in ep.turns)
-        episodes[mode] = ep
-    good, bad = episodes["oracle"], episodes["noop"]
+    eps = oracle_and_noop(ray_cluster, "mini-swe-agent", "count_errors")
+    good, bad = eps["oracle"], eps["noop"]
     # the oracle submits through mini's own convention; its answer is the submission
     assert good.reward == 1.0 and good.final_answer == "3"
     assert bad.reward == 0.0

@@ -11,6 +11,7 @@ from forge.harnesses.base import AttemptContext
 from forge.harnesses.install import PACKAGES
 from forge.harnesses.pi import AGENT_DIR, MOUNT
 from forge.sandboxes.base import ExecResult
+from tests.forge.harnesses.helpers import attempt_ctx, oracle_and_noop
 
 needs_pi = pytest.mark.skipif(
     not PACKAGES["pi"].installed(), reason="pi is not installed: forge harness install pi"
@@ -18,15 +19,7 @@ needs_pi = pytest.mark.skipif(
 
 
 def _ctx(**kw) -> AttemptContext:
-    return AttemptContext(
-        base_url="http://127.0.0.1:8931/episodes/e/attempts/0/v1",
-        anthropic_base_url="http://127.0.0.1:8931/episodes/e/attempts/0",
-        api_key="key-1",
-        model="tiny",
-        instruction="Write hi to a.txt",
-        workspace="/workspace",
-        **kw,
-    )
+    return attempt_ctx(**kw)
 
 
 def test_config_points_pi_at_the_attempt() -> None:
@@ -74,24 +67,8 @@ def test_missing_install_names_the_command(monkeypatch, tmp_path) -> None:
 @pytest.mark.slow
 @pytest.mark.ray
 def test_real_pi_oracle_gets_1_and_noop_gets_0(ray_cluster) -> None:
-    from actors.harness_pod import HarnessPod
-    from forge.config import PolicyConfig
-    from serve.policy import deploy_policy
-    from tasks import load_suite
-
-    ray = ray_cluster
-    task = next(t for t in load_suite("smoke") if t.id == "json_extract")
-    rewards = {}
-    for mode in ("oracle", "noop"):
-        config = PolicyConfig(engine={"name": "scripted", "mode": mode}, num_cpus=0.25)
-        handle = deploy_policy(config, f"pi-{mode}")
-        pod = ray.remote(HarnessPod).options(num_cpus=0.25).remote(handle, pod_id=f"pi-{mode}")
-        ray.get(pod.start.remote())
-        ep = ray.get(pod.run_episode.remote(task.model_dump(), "pi", episode_id=f"pi-{mode}"))
-        ray.get(pod.stop.remote())
-        assert ep.status == "ok", (ep.failure, ep.harness_log[-2000:])
-        assert all(t.prompt_ids and t.completion_ids for t in ep.turns)
-        assert ep.turns[0].request["tools"], "pi offers its tools"
-        rewards[mode] = (ep.reward, len(ep.turns))
-    assert rewards["oracle"] == (1.0, len(task.solution) + 1)
-    assert rewards["noop"] == (0.0, 1)
+    eps = oracle_and_noop(ray_cluster, "pi", "json_extract")
+    good, bad = eps["oracle"], eps["noop"]
+    assert good.turns[0].request["tools"], "pi offers its tools"
+    assert (good.reward, len(good.turns)) == (1.0, 2)  # the solution step, then the answer
+    assert (bad.reward, len(bad.turns)) == (0.0, 1)
