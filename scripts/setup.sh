@@ -56,11 +56,11 @@ else
 fi
 
 # Real harnesses, each pinned in its own folder of the cache (sandboxes mount it read-only).
-log "installing harnesses (mini-swe-agent)"
-.venv/bin/forge harness install mini-swe-agent || log "WARNING: mini-swe-agent did not install; its tests will skip"
+log "installing harnesses (mini-swe-agent, nanobot)"
+.venv/bin/forge harness install mini-swe-agent nanobot || log "WARNING: a harness did not install; its tests will skip"
 if command -v npm >/dev/null 2>&1; then
-  log "installing harnesses (pi, codex)"
-  .venv/bin/forge harness install pi codex || log "WARNING: a harness did not install; its tests will skip"
+  log "installing harnesses (pi, codex, openclaw)"
+  .venv/bin/forge harness install pi codex openclaw || log "WARNING: a harness did not install; its tests will skip"
 else
   log "npm not found: real npm harnesses not installed (apt install npm); their tests will skip"
 fi

@@ -8,6 +8,8 @@ from forge.harnesses.base import AttemptContext, Harness
 from forge.harnesses.codex import CodexHarness
 from forge.harnesses.command import CommandHarness
 from forge.harnesses.mini_swe_agent import MiniSweAgentHarness
+from forge.harnesses.nanobot import NanobotHarness
+from forge.harnesses.openclaw import OpenClawHarness
 from forge.harnesses.pi import PiHarness
 from forge.harnesses.react import ReactHarness
 
@@ -16,6 +18,8 @@ HARNESSES: dict[str, type] = {
     "pi": PiHarness,
     "codex": CodexHarness,
     "mini-swe-agent": MiniSweAgentHarness,
+    "openclaw": OpenClawHarness,
+    "nanobot": NanobotHarness,
     "command": CommandHarness,
 }
 
@@ -37,6 +41,8 @@ __all__ = [
     "CommandHarness",
     "Harness",
     "MiniSweAgentHarness",
+    "NanobotHarness",
+    "OpenClawHarness",
     "PiHarness",
     "ReactHarness",
     "get_harness",

