@@ -130,8 +130,9 @@ def _harness(args: argparse.Namespace) -> int:
     if args.action == "list":
         for name in sorted(HARNESSES):
             pkg = PACKAGES.get(name)
-            if pkg is None:
-                print(f"{name:16s} {'built in':12s} installed")
+            if pkg is None:  # nothing to install: built in, or given in its options
+                source = getattr(HARNESSES[name], "source", "built in")
+                print(f"{name:16s} {'-':12s} {source}")
                 continue
             state = (
                 f"installed ({folder_size(pkg.folder) / 2**20:.0f} MiB, {pkg.folder})"

@@ -28,7 +28,8 @@ import yaml
 from forge import metrics
 from forge.cluster import init_ray
 from forge.config import RunConfig
-from forge.harnesses.install import PACKAGES, HarnessNotInstalled
+from forge.harnesses import require
+from forge.harnesses.install import HarnessNotInstalled
 from forge.progress import Progress
 from forge.sandboxes.orphans import reap_orphans
 from tasks.loader import TaskError, load_suite
@@ -50,9 +51,7 @@ class Run:
         self.dir = config.run_dir
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(), sort_keys=False))
-        package = PACKAGES.get(config.harness)
-        if package is not None:
-            package.require()  # a missing harness stops the run before anything starts
+        require(config.harness, config.harness_options)  # a missing harness stops the run now
         self.tasks = [t.model_dump() for t in load_suite(config.tasks)]
         if config.task_ids:
             self.tasks = [t for t in self.tasks if t["id"] in set(config.task_ids)]

@@ -26,8 +26,8 @@ from pydantic import ValidationError
 
 from forge.cluster import init_ray
 from forge.config import RunConfig
-from forge.harnesses import HARNESSES
-from forge.harnesses.install import PACKAGES, HarnessNotInstalled
+from forge.harnesses import HARNESSES, require
+from forge.harnesses.install import HarnessNotInstalled
 from forge.types import Episode
 
 
@@ -83,8 +83,6 @@ def evaluate(config: RunConfig, harnesses: list[str], k: int, out: Path) -> dict
     for name in harnesses:
         if name not in HARNESSES:
             raise ValueError(f"--harness: unknown {name!r}; known: {', '.join(sorted(HARNESSES))}")
-        if name in PACKAGES:
-            PACKAGES[name].require()
     runs = {}
     for name in harnesses:
         data = config.model_dump()
@@ -97,6 +95,7 @@ def evaluate(config: RunConfig, harnesses: list[str], k: int, out: Path) -> dict
             runs[name] = RunConfig.model_validate(data)
         except ValidationError as e:
             raise ValueError(f"--harness {name}: {e.errors()[0]['msg']}") from None
+        require(name, runs[name].harness_options)  # stops before anything starts
     tasks = [t.model_dump() for t in load_suite(config.tasks)]
     if config.task_ids:
         tasks = [t for t in tasks if t["id"] in set(config.task_ids)]

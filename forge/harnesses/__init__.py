@@ -12,6 +12,7 @@ from forge.harnesses.nanobot import NanobotHarness
 from forge.harnesses.openclaw import OpenClawHarness
 from forge.harnesses.pi import PiHarness
 from forge.harnesses.react import ReactHarness
+from forge.harnesses.zeroclaw import ZeroClawHarness
 
 HARNESSES: dict[str, type] = {
     "react": ReactHarness,
@@ -20,6 +21,7 @@ HARNESSES: dict[str, type] = {
     "mini-swe-agent": MiniSweAgentHarness,
     "openclaw": OpenClawHarness,
     "nanobot": NanobotHarness,
+    "zeroclaw": ZeroClawHarness,
     "command": CommandHarness,
 }
 
@@ -34,6 +36,12 @@ def get_harness(name: str, /, **options: Any) -> Harness:
     return cls(**options)
 
 
+def require(name: str, options: dict[str, Any]) -> None:
+    """Stop before anything starts, naming the fix, when harness ``name`` cannot run here
+    (not installed, or a binary not given): raises ``HarnessNotInstalled``."""
+    get_harness(name, **options).ro_mounts()
+
+
 __all__ = [
     "HARNESSES",
     "AttemptContext",
@@ -45,5 +53,7 @@ __all__ = [
     "OpenClawHarness",
     "PiHarness",
     "ReactHarness",
+    "ZeroClawHarness",
     "get_harness",
+    "require",
 ]

@@ -56,6 +56,8 @@ def fill(template: str, ctx: AttemptContext) -> str:
 
 
 class CommandHarness:
+    source = "any CLI agent described in harness_options"
+
     def __init__(
         self,
         command: list[str],

@@ -119,7 +119,7 @@ def install(name: str, force: bool = False) -> Path:
             raise RuntimeError(f"installing {name} needs npm (apt install npm)")
         cmd = [npm, "install", "--no-audit", "--no-fund", "--prefix", str(tmp), *pkg.packages]
         if pkg.node:  # npm itself must run under the bundled Node: some packages need Node 24
-            _run([*cmd[:-len(pkg.packages)], NODE], tmp, name)
+            _run([*cmd[: -len(pkg.packages)], NODE], tmp, name)
             env = {**os.environ, "PATH": f"{tmp / NODE_BIN.rsplit('/', 1)[0]}:{os.environ['PATH']}"}
     else:
         cmd = [sys.executable, "-m", "pip", "install", "-q", "--target", str(tmp), *pkg.packages]
