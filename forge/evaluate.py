@@ -26,9 +26,12 @@ from pydantic import ValidationError
 
 from forge.cluster import init_ray
 from forge.config import RunConfig
+from forge.fidelity import wire_fidelity
 from forge.harnesses import HARNESSES, require
 from forge.harnesses.install import HarnessNotInstalled
 from forge.types import Episode
+
+PROGRESS_EVERY_S = 15.0
 
 
 def score(
@@ -42,7 +45,9 @@ def score(
             passed[ep.task_id] += 1
     n = max(1, len(tasks))
     tools: Counter[str] = Counter()
+    resets: Counter[str] = Counter()
     for ep in episodes:
+        resets.update(ep.reset_reasons)
         for turn in ep.turns:
             tools.update(call.get("name", "?") for call in turn.tool_calls)
     return {
@@ -55,21 +60,34 @@ def score(
         "reward_mean": sum(ep.reward for ep in episodes) / max(1, len(episodes)),
         "turns_mean": sum(len(ep.turns) for ep in episodes) / max(1, len(episodes)),
         "tool_calls": dict(tools.most_common()),
+        # token fidelity: training segments per episode, why merges broke, and what the harness
+        # did on the wire (forge/fidelity.py)
+        "segments_mean": sum(len(ep.segments) for ep in episodes) / max(1, len(episodes)),
+        "resets": {r: n for r, n in resets.items() if n},
+        "wire": wire_fidelity(episodes),
         "failures": dict(failures),  # by reason
         "failed_tasks": sorted(t for t in tasks if passed[t] < k),
     }
 
 
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def table(results: dict[str, dict[str, Any]]) -> str:
     lines = [
-        "| harness | pass@1 | pass@k | pass^k | k | episodes | mean turns | failures |",
-        "|---|---|---|---|---|---|---|---|",
+        "| harness | pass@1 | pass@k | pass^k | k | episodes | mean turns | segments/ep "
+        "| args verbatim | history kept | failures |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in results.items():
         fails = ", ".join(f"{k} {v}" for k, v in r["failures"].items()) or "-"
+        wire = r.get("wire", {})
         lines.append(
             f"| {name} | {r['pass@1']:.3f} | {r['pass@k']:.3f} | {r['pass^k']:.3f} | {r['k']} "
-            f"| {r['episodes']} | {r['turns_mean']:.1f} | {fails} |"
+            f"| {r['episodes']} | {r['turns_mean']:.1f} | {r.get('segments_mean', 0):.2f} "
+            f"| {_share(wire.get('args_verbatim'))} | {_share(wire.get('history_kept'))} "
+            f"| {fails} |"
         )
     return "\n".join(lines)
 
@@ -115,7 +133,16 @@ def evaluate(config: RunConfig, harnesses: list[str], k: int, out: Path) -> dict
             .remote(run.model_dump(), policy, buffer, tasks)
         )
         ray.get(sched.start.remote())
-        episodes = ray.get(sched.evaluate.remote(tasks * k, config.eval_temperature))
+        pending = sched.evaluate.remote(tasks * k, config.eval_temperature)
+        while not ray.wait([pending], timeout=PROGRESS_EVERY_S)[0]:
+            st = ray.get(sched.stats.remote())
+            print(
+                f"[forge] {name}: {st['attempts_ok']}/{len(tasks) * k} episodes, "
+                f"{st['attempts_failed']} failed attempts, {st['pods']} pods, "
+                f"{time.perf_counter() - t0:.0f}s",
+                flush=True,
+            )
+        episodes = ray.get(pending)
         failures = ray.get(sched.stop.remote())["failures"]
         ray.get(buffer.close.remote())
         with open(folder / "episodes.jsonl", "w") as f:
