@@ -14,8 +14,7 @@ tools work there; so the runner removes, after the episode, those of its scaffol
 were not in the workspace before, and the verifier grades only what the agent did.
 
 Reproducibility: HOME, the workspace path and TZ are fixed by the sandbox, and the config pins
-nanobot's timezone. Its system prompt carries the current time, which cannot be pinned without
-faking time.
+nanobot's timezone; its recorded prompts carry no date and no ids.
 """
 
 from __future__ import annotations
