@@ -11,7 +11,10 @@ module explains *why* a merge breaks, from the raw requests the proxy recorded:
     share of the model's tool calls whose id came back at all (some harnesses mint their own);
 ``history_kept``
     share of consecutive requests where the earlier request's messages are an exact prefix of the
-    later one's (a harness that edits, drops or compacts old messages fails this).
+    later one's (a harness that edits, drops or compacts old messages fails this);
+``replies_kept``
+    of those, the share where the model's reply follows that prefix in the later request (a
+    harness that drops a reply it could not use, such as one without a tool call, fails this).
 
 Anthropic messages carry tool input as a JSON object, never as text, so arguments there are
 re-serialised by construction and are not counted.
@@ -58,13 +61,15 @@ def echoed_arguments(turn: Turn) -> dict[str, str]:
 def wire_fidelity(episodes: Iterable[Episode]) -> dict[str, Any]:
     """The three shares above over every consecutive pair of turns of ``episodes`` (None where
     nothing could be compared), with the counts they come from."""
-    calls = verbatim = kept_ids = pairs = kept = 0
+    calls = verbatim = kept_ids = pairs = kept = replies = 0
     for ep in episodes:
         turns = sorted(ep.turns, key=lambda t: t.index)
         for prev, nxt in itertools.pairwise(turns):
             pairs += 1
             before, after = history(prev), history(nxt)
-            kept += after[: len(before)] == before
+            if after[: len(before)] == before:
+                kept += 1
+                replies += len(after) > len(before) and _is_reply(after[len(before)])
             if prev.protocol == "anthropic":
                 continue
             echoed = echoed_arguments(nxt)
@@ -79,4 +84,12 @@ def wire_fidelity(episodes: Iterable[Episode]) -> dict[str, Any]:
         "ids_kept": kept_ids / calls if calls else None,
         "turn_pairs": pairs,
         "history_kept": kept / pairs if pairs else None,
+        "replies_kept": replies / kept if kept else None,
     }
+
+
+def _is_reply(item: Any) -> bool:
+    """A message or item that the model said: an assistant message, or a Responses output item."""
+    if not isinstance(item, dict):
+        return False
+    return item.get("role") == "assistant" or item.get("type") in ("function_call", "reasoning")

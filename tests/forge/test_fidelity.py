@@ -42,7 +42,17 @@ def test_a_faithful_chat_harness_scores_1() -> None:
         "ids_kept": 1.0,
         "turn_pairs": 1,
         "history_kept": 1.0,
+        "replies_kept": 1.0,
     }
+
+
+def test_a_dropped_reply_is_caught() -> None:
+    """mini-swe-agent drops a reply without a tool call and sends back only its error message."""
+    first = _turn(0, "chat", _chat([SYSTEM, USER]))
+    error = {"role": "user", "content": "No tool calls found"}
+    second = _turn(1, "chat", _chat([SYSTEM, USER, error]))
+    report = wire_fidelity([Episode("e", "t", 0, "h", 0.0, "ok", turns=[first, second])])
+    assert report["history_kept"] == 1.0 and report["replies_kept"] == 0.0
 
 
 def test_compacted_arguments_new_ids_and_edited_history_are_caught() -> None:
