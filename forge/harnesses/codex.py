@@ -24,6 +24,19 @@ from forge.sandboxes.bwrap import HOME
 MOUNT = "/opt/forge/harnesses/codex"
 CODEX_HOME = f"{HOME}/.codex"
 KEY_ENV = "FORGE_API_KEY"
+INSTRUCTIONS = f"{CODEX_HOME}/instructions.md"
+LEAN = [  # Codex's own switches for what a headless episode does not use
+    "[features]",
+    "multi_agent = false",
+    "goals = false",
+    "",
+    "[agents]",
+    "enabled = false",
+    "",
+    "[skills]",
+    "include_instructions = false",
+    "",
+]
 
 
 def _toml_string(value: str) -> str:
@@ -34,8 +47,15 @@ class CodexHarness:
     name = "codex"
     protocol = "responses"
 
-    def __init__(self) -> None:
+    def __init__(self, instructions: str | None = None, lean: bool = False) -> None:
+        """For models whose context cannot hold Codex's prompt (~39k characters):
+        ``instructions`` replaces its built-in base instructions through its own
+        ``model_instructions_file`` setting; ``lean`` turns off, through its own config, the
+        tools and blocks a headless episode does not need (multi-agent, goals, web search, the
+        skills list)."""
         self.package = PACKAGES["codex"]
+        self.instructions = instructions
+        self.lean = lean
 
     def ro_mounts(self) -> dict[str, str]:
         return {str(self.package.require()): MOUNT}
@@ -48,10 +68,17 @@ class CodexHarness:
                 'approval_policy = "never"',
                 'sandbox_mode = "danger-full-access"',
                 "check_for_update_on_startup = false",
+                *(
+                    [f"model_instructions_file = {_toml_string(ctx.path(INSTRUCTIONS))}"]
+                    if self.instructions is not None
+                    else []
+                ),
+                *(['web_search = "disabled"'] if self.lean else []),
                 "",
                 "[analytics]",
                 "enabled = false",
                 "",
+                *(LEAN if self.lean else []),
                 "[model_providers.forge]",
                 'name = "forge"',
                 f"base_url = {_toml_string(ctx.base_url)}",
@@ -60,7 +87,10 @@ class CodexHarness:
                 "",
             ]
         )
-        return {f"{CODEX_HOME}/config.toml": config}
+        files = {f"{CODEX_HOME}/config.toml": config}
+        if self.instructions is not None:
+            files[INSTRUCTIONS] = self.instructions
+        return files
 
     def env(self, ctx: AttemptContext) -> dict[str, str]:
         return {"CODEX_HOME": ctx.path(CODEX_HOME), KEY_ENV: ctx.api_key, "NO_COLOR": "1"}

@@ -38,6 +38,19 @@ def test_config_points_codex_at_the_attempt() -> None:
     assert "--json" in cmd and cmd[cmd.index("-C") + 1] == "/workspace"
 
 
+def test_lean_config_and_own_instructions_use_codex_switches() -> None:
+    codex = get_harness("codex", lean=True, instructions="Be brief.")
+    files = codex.files(_ctx())
+    config = tomllib.loads(files[f"{CODEX_HOME}/config.toml"])
+    assert files[config["model_instructions_file"]] == "Be brief."
+    assert config["web_search"] == "disabled"
+    assert config["features"] == {"multi_agent": False, "goals": False}
+    assert config["agents"]["enabled"] is False
+    assert config["skills"]["include_instructions"] is False
+    plain = tomllib.loads(get_harness("codex").files(_ctx())[f"{CODEX_HOME}/config.toml"])
+    assert not {"model_instructions_file", "web_search", "features"} & set(plain)
+
+
 def test_final_answer_is_the_last_agent_message() -> None:
     codex = get_harness("codex")
     events = [
@@ -61,3 +74,15 @@ def test_real_codex_oracle_gets_1_and_noop_gets_0(ray_cluster) -> None:
     assert all(t.protocol == "responses" for t in good.turns + bad.turns)
     assert (good.reward, len(good.turns)) == (1.0, 2)  # the solution step, then the answer
     assert (bad.reward, len(bad.turns)) == (0.0, 1)
+
+
+@needs_codex
+@pytest.mark.slow
+@pytest.mark.ray
+def test_real_lean_codex_fits_a_small_context(ray_cluster) -> None:
+    options = {"lean": True, "instructions": "Do the task with your tools, then answer."}
+    eps = oracle_and_noop(ray_cluster, "codex", "json_extract", harness_options=options)
+    assert eps["oracle"].reward == 1.0 and eps["noop"].reward == 0.0
+    tools = {t.get("name") for t in eps["oracle"].turns[0].request["tools"]}
+    assert "exec_command" in tools and "multi_agent_v1" not in tools
+    assert max(len(t.prompt_ids) for t in eps["oracle"].turns) < 8192  # the tiny model's limit
