@@ -264,7 +264,8 @@ class LocalSandbox:
                 binds[self._socket] = PROXY_SOCKET
                 ro_mounts[_BRIDGE_HOST] = BRIDGE
                 listen = f"127.0.0.1:{self.spec.proxy_port}"
-                cmd = [host_python(), BRIDGE, listen, PROXY_SOCKET, "--", *cmd]
+                # -I -S: the relay needs only the standard library; skipping site saves ~15 ms a start
+                cmd = [host_python(), "-I", "-S", BRIDGE, listen, PROXY_SOCKET, "--", *cmd]
             argv = bwrap_argv(
                 workspace=str(d / "workspace"),
                 home=str(d / "home"),

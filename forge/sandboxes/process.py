@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import threading
@@ -57,16 +58,28 @@ def _exited(pid: int) -> bool:
 
 
 def _wait_unreaped(pid: int, timeout_s: float) -> bool:
-    """Poll until ``pid`` exits (unreaped) or ``timeout_s`` passes; True if it exited."""
+    """Wait until ``pid`` exits (unreaped) or ``timeout_s`` passes; True if it exited. Wakes on
+    the exit itself through a pidfd; polls with backoff where pidfds are not available."""
     end = time.monotonic() + timeout_s
-    pause = 0.001
-    while not _exited(pid):
-        left = end - time.monotonic()
-        if left <= 0:
-            return False
-        time.sleep(min(pause, left))
-        pause = min(pause * 2, 0.05)
-    return True
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        fd = None
+    try:
+        pause = 0.001
+        while not _exited(pid):
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            if fd is not None:
+                select.select([fd], [], [], min(left, 1.0))  # readable once the process exits
+            else:
+                time.sleep(min(pause, left))
+                pause = min(pause * 2, 0.05)
+        return True
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def run_in_group(
