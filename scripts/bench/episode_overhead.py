@@ -104,7 +104,7 @@ def ms(xs: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--harness", default="react,pi,codex,mini-swe-agent,nanobot,openclaw")
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
     harnesses = [h for h in args.harness.split(",") if h]
     for h in harnesses:
