@@ -14,8 +14,10 @@ class _Strict(BaseModel):
 
 
 class EngineConfig(_Strict):
-    name: Literal["torch", "scripted"] = Field(
-        "torch", description="Engine behind the Policy: 'torch' (HF model) or 'scripted' (oracle)."
+    name: Literal["torch", "scripted", "vllm"] = Field(
+        "torch",
+        description="Engine behind the Policy: 'torch' (HF model in torch), 'vllm' (vLLM's async "
+        "engine, in the .venv-vllm environment) or 'scripted' (the oracle test double).",
     )
     model: str = Field(
         "tiny",
@@ -27,6 +29,24 @@ class EngineConfig(_Strict):
     mode: Literal["oracle", "noop"] = Field(
         "oracle", description="scripted engine only: play the reference solution, or never act."
     )
+    max_model_len: int = Field(8192, ge=16, description="vllm only: longest prompt + completion.")
+    kv_cache_gib: float = Field(1.0, gt=0, description="vllm only: memory for the KV cache (GiB).")
+    tensor_parallel_size: int = Field(1, ge=1, description="vllm only: GPUs one replica spans.")
+    inflight: Literal["wait", "abort"] = Field(
+        "wait",
+        description="vllm only: at a weight update, let in-flight requests finish on the old "
+        "weights ('wait') or abort them, failing their attempts ('abort').",
+    )
+
+    def engine_options(self) -> dict[str, Any]:
+        """The constructor arguments of engine ``name``."""
+        if self.name == "scripted":
+            return {"model": self.model, "mode": self.mode}
+        common = self.model_dump(include={"model", "device", "dtype", "seed"})
+        if self.name == "vllm":
+            extra = ("max_model_len", "kv_cache_gib", "tensor_parallel_size", "inflight")
+            return {**common, **{k: getattr(self, k) for k in extra}}
+        return common
 
 
 class PolicyConfig(_Strict):

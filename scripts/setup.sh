@@ -64,4 +64,10 @@ if command -v npm >/dev/null 2>&1; then
 else
   log "npm not found: real npm harnesses not installed (apt install npm); their tests will skip"
 fi
+# The vLLM engine's own environment (.venv-vllm): its transformers pin conflicts with verl's.
+if [ "${FORGE_SKIP_VLLM:-0}" = 1 ]; then
+  log "FORGE_SKIP_VLLM=1: vLLM environment not set up; its tests will skip"
+else
+  bash scripts/setup_vllm.sh || log "WARNING: the vLLM environment did not install; its tests will skip"
+fi
 log "done: $("$VPY" -c 'import torch, ray; print(f"torch {torch.__version__}, ray {ray.__version__}")')"

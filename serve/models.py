@@ -20,7 +20,14 @@ log = logging.getLogger(__name__)
 CHATML_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TOOL_TAGS = ["<tool_call>", "</tool_call>"]
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-BUILTIN_MODELS = ("tiny", "smollm2-135m")
+# Qwen2 shapes at random init (the byte-level tokenizer; nothing to download): for engine
+# benchmarks on a GPU, where weights cannot be fetched. name -> (hidden, layers, heads, kv heads,
+# intermediate), with Qwen2's 151,936-entry vocabulary.
+RANDOM_SHAPES = {
+    "qwen2-0.5b-random": (896, 24, 14, 2, 4864),
+    "qwen2-1.5b-random": (1536, 28, 12, 2, 8960),
+}
+BUILTIN_MODELS = ("tiny", "smollm2-135m", *RANDOM_SHAPES)
 
 
 def cache_dir() -> Path:
@@ -50,19 +57,21 @@ def build_byte_tokenizer() -> Any:
     return tok
 
 
-def build_tiny(seed: int = 0) -> tuple[Any, Any]:
-    """The ``tiny`` model: Qwen2-shaped, ~5M parameters, initialised from ``seed``."""
+def build_tiny(seed: int = 0, shape: str = "tiny") -> tuple[Any, Any]:
+    """The ``tiny`` model (Qwen2-shaped, ~5M parameters), or one of ``RANDOM_SHAPES``,
+    initialised from ``seed``."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     tok = build_byte_tokenizer()
+    hidden, layers, heads, kv_heads, inter = RANDOM_SHAPES.get(shape, (256, 6, 4, 2, 704))
     config = Qwen2Config(
-        vocab_size=len(tok),
-        hidden_size=256,
-        intermediate_size=704,
-        num_hidden_layers=6,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        vocab_size=len(tok) if shape == "tiny" else 151936,
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
         max_position_embeddings=8192,
         tie_word_embeddings=True,
         bos_token_id=None,
@@ -111,8 +120,8 @@ def load_model(name: str, seed: int = 0, dtype: str = "float32") -> tuple[Any, A
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if name == "tiny":
-        model, tok = build_tiny(seed)
+    if name == "tiny" or name in RANDOM_SHAPES:
+        model, tok = build_tiny(seed, shape=name)
     else:
         path = _smollm2_dir() if name == "smollm2-135m" else Path(name).expanduser()
         if not (path / "config.json").exists():

@@ -8,14 +8,19 @@ the policy version.
 
 Weight swaps are atomic: a batch runs under a lock, and :meth:`update_weights` takes the same
 lock, so in-flight requests finish on the old weights, queued ones wait and run on the new ones,
-and a completion's version always names the weights that produced it.
+and a completion's version always names the weights that produced it. An engine that batches
+continuously itself (``engine.continuous``, vLLM) gets each request at once instead; a swap then
+holds new requests at a gate, waits for the ones in flight (or lets the engine abort them, and
+they fail), swaps and opens the gate.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from ray import serve
@@ -31,18 +36,19 @@ from serve.weight_sync import subscribe
 class Policy:
     def __init__(self, config: PolicyConfig | dict[str, Any]) -> None:
         self.config = PolicyConfig.model_validate(config)
-        options = self.config.engine.model_dump(exclude={"name"})
-        if self.config.engine.name != "scripted":
-            options.pop("mode")
-        else:
-            options = {"model": options["model"], "mode": options["mode"]}
-        self.engine = make_engine(self.config.engine.name, **options)
+        self.engine = make_engine(self.config.engine.name, **self.config.engine.engine_options())
         self.tokenizer = self.engine.tokenizer
         self.version = 0
         self._swap = asyncio.Lock()
         self._batcher = MicroBatcher(
             self._generate_batch, self.config.max_batch_size, self.config.batch_wait_ms / 1000
         )
+        self.continuous = bool(getattr(self.engine, "continuous", False))
+        self._open = asyncio.Event()  # continuous engines: cleared while weights are swapped
+        self._open.set()
+        self._drained = asyncio.Event()  # continuous engines: set when nothing is in flight
+        self._drained.set()
+        self._inflight = 0
         self.stats = {"requests": 0, "batches": 0, "completion_tokens": 0}
         self._subscriber: asyncio.Task[None] | None = None
         if self.config.weight_store:
@@ -61,7 +67,11 @@ class Policy:
         if chat.sampling.max_tokens <= 0:
             chat.sampling.max_tokens = self.config.default_max_tokens
         prompt_ids = self.tokenize_prompt(chat)
-        out, version = await self._batcher.submit(EngineRequest(prompt_ids, chat.sampling, chat))
+        request = EngineRequest(prompt_ids, chat.sampling, chat)
+        if self.continuous:
+            out, version = await self._generate_one(request)
+        else:
+            out, version = await self._batcher.submit(request)
         text = self.tokenizer.decode(out.completion_ids, skip_special_tokens=True)
         content, calls = parse_tool_calls(text) if chat.tools else (text, [])
         finish = "tool_calls" if calls and out.finish_reason == "stop" else out.finish_reason
@@ -87,6 +97,20 @@ class Policy:
         self.stats["batches"] += 1
         return [(o, version) for o in outputs]
 
+    async def _generate_one(self, request: EngineRequest) -> tuple[EngineOutput, int]:
+        while not self._open.is_set():
+            await self._open.wait()
+        self._inflight += 1
+        self._drained.clear()
+        version = self.version
+        try:
+            (out,) = await self.engine.generate([request])
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._drained.set()
+        return out, version
+
     async def update_weights(self, state_dict: Any, version: int) -> float:
         """Swap in new weights between batches; returns the seconds the swap took.
 
@@ -97,6 +121,17 @@ class Policy:
         if isinstance(state_dict, ray.ObjectRef):
             state_dict = await state_dict
         start = time.perf_counter()
+        if self.continuous:
+            async with self._swap:  # one swap at a time
+                self._open.clear()
+                try:
+                    if getattr(self.engine, "inflight", "wait") == "wait":
+                        await self._drained.wait()
+                    await self.engine.swap_weights(state_dict)
+                    self.version = version
+                finally:
+                    self._open.set()
+            return time.perf_counter() - start
         async with self._swap:
             await asyncio.to_thread(self.engine.load_weights, state_dict)
             self.version = version
@@ -109,13 +144,38 @@ class Policy:
         return {**self.stats, "version": self.version}
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def vllm_runtime_env() -> dict[str, Any]:
+    """Ray's runtime_env for replicas of the vllm engine: the vLLM environment's Python (its
+    own transformers), with this repository importable."""
+    python = Path(os.environ.get("FORGE_VLLM_PYTHON") or ROOT / ".venv-vllm" / "bin" / "python")
+    if not python.exists():
+        raise RuntimeError(
+            f"engine 'vllm' needs its environment ({python} is missing): run "
+            "scripts/setup_vllm.sh, or point FORGE_VLLM_PYTHON at a Python with vLLM and Ray "
+            f"{ray_version()}"
+        )
+    return {"py_executable": str(python), "env_vars": {"PYTHONPATH": str(ROOT)}}
+
+
+def ray_version() -> str:
+    import ray
+
+    return ray.__version__
+
+
 def policy_app(config: PolicyConfig) -> Any:
     """The Serve application for ``config``: ``serve.run(policy_app(cfg), name="policy")``."""
+    actor: dict[str, Any] = {"num_cpus": config.num_cpus, "num_gpus": config.num_gpus}
+    if config.engine.name == "vllm":
+        actor["runtime_env"] = vllm_runtime_env()
     deployment = serve.deployment(Policy).options(
         name="Policy",
         num_replicas=config.replicas,
         max_ongoing_requests=config.max_ongoing_requests,
-        ray_actor_options={"num_cpus": config.num_cpus, "num_gpus": config.num_gpus},
+        ray_actor_options=actor,
         logging_config={"enable_access_log": False},
     )
     return deployment.bind(config.model_dump())

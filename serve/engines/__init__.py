@@ -6,7 +6,7 @@ from typing import Any
 
 from serve.engines.base import Engine, EngineOutput, EngineRequest
 
-ENGINES = ("torch", "scripted")
+ENGINES = ("torch", "scripted", "vllm")
 
 
 def make_engine(name: str, **options: Any) -> Engine:
@@ -18,6 +18,10 @@ def make_engine(name: str, **options: Any) -> Engine:
         from serve.engines.scripted import ScriptedEngine
 
         return ScriptedEngine(**options)
+    if name == "vllm":
+        from serve.engines.vllm import VllmEngine
+
+        return VllmEngine(**options)
     raise ValueError(f"engine: unknown engine {name!r} (known: {', '.join(ENGINES)})")
 
 

