@@ -198,7 +198,10 @@ def test_turn_limit(episode) -> None:
 
 def test_harness_registry_and_command() -> None:
     assert HARNESSES["react"] is ReactHarness
-    with pytest.raises(ValueError, match="known: codex, command, mini-swe-agent, nanobot, openclaw, pi, react, zeroclaw"):
+    with pytest.raises(
+        ValueError,
+        match="known: codex, command, mini-swe-agent, nanobot, openclaw, pi, react, zeroclaw",
+    ):
         get_harness("nope")
     h = get_harness("react")
     assert (h.name, h.protocol) == ("react", "chat")
