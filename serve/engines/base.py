@@ -29,7 +29,12 @@ class EngineOutput:
 
 
 class Engine(Protocol):
-    """Generates batches of requests; requests passed together are batched by the engine."""
+    """Generates batches of requests; requests passed together are batched by the engine.
+
+    An engine that batches continuously by itself sets ``continuous = True``: the Policy then
+    sends it each request as it comes, and swaps weights with its ``async swap_weights(state)``
+    instead of ``load_weights`` (see ``serve/engines/vllm.py``).
+    """
 
     tokenizer: Any
 
