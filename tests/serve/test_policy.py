@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import torch
 
+from forge.config import PolicyConfig
 from forge.types import ChatRequest, Completion, Message, SamplingParams, Tool
 from serve.chat_template import render
 from serve.engines.base import EngineOutput, EngineRequest
@@ -231,7 +232,17 @@ def test_update_weights_through_a_local_handle_returns_seconds() -> None:
     assert out.policy_version == 7
 
 
-@pytest.mark.parametrize("bad", [{"engine": {"name": "vllm"}}, {"max_batch_size": 0}])
+@pytest.mark.parametrize(
+    "bad", [{"engine": {"name": "sglang"}}, {"max_batch_size": 0}, {"engine": {"inflight": "x"}}]
+)
 def test_invalid_config_is_rejected(bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         Policy(bad)
+
+
+def test_vllm_without_its_environment_names_the_fix(monkeypatch, tmp_path) -> None:
+    from serve.policy import policy_app
+
+    monkeypatch.setenv("FORGE_VLLM_PYTHON", str(tmp_path / "missing" / "python"))
+    with pytest.raises(RuntimeError, match="scripts/setup_vllm.sh"):
+        policy_app(PolicyConfig(engine={"name": "vllm"}))
