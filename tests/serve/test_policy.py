@@ -244,5 +244,5 @@ def test_vllm_without_its_environment_names_the_fix(monkeypatch, tmp_path) -> No
     from serve.policy import policy_app
 
     monkeypatch.setenv("FORGE_VLLM_PYTHON", str(tmp_path / "missing" / "python"))
-    with pytest.raises(RuntimeError, match="scripts/setup_vllm.sh"):
+    with pytest.raises(RuntimeError, match=r"scripts/setup_vllm\.sh"):
         policy_app(PolicyConfig(engine={"name": "vllm"}))
