@@ -98,3 +98,23 @@ def test_a_request_in_flight_during_a_swap_is_not_mixed(vllm_policy) -> None:
     assert done.completion_ids == reference[done.policy_version]
     assert reference[version] != reference[version + 1]
     vllm_policy.update_weights.remote(_state_dict(seed=0), version + 2).result()
+
+
+def test_abort_mode_fails_the_request_in_flight_and_serves_the_next(ray_cluster) -> None:
+    """``inflight: abort``: the request in flight during a swap ends as an error (its attempt
+    fails) instead of finishing on the old weights; the next request runs on the new ones."""
+    import time
+
+    from serve.policy import deploy_policy
+
+    config = PolicyConfig(engine={**ENGINE, "inflight": "abort"}, num_cpus=0.5)
+    policy = deploy_policy(config, app_name="vllm-abort-test")
+    chat = _chat("Tell a long story.", max_tokens=300)
+    policy.generate.remote(_chat("warm up", max_tokens=4)).result()
+    long = policy.generate.remote(chat)
+    time.sleep(0.5)  # in flight: 300 tokens take seconds here
+    policy.update_weights.remote(_state_dict(seed=1), 1).result()
+    with pytest.raises(Exception, match="aborted by a weight update"):
+        long.result()
+    after = policy.generate.remote(chat).result()
+    assert after.policy_version == 1 and after.completion_ids
