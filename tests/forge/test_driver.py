@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import string
 import subprocess
 from pathlib import Path
 
@@ -16,10 +17,25 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 @pytest.mark.timeout(1000)
 def test_async_mode_never_trains_on_samples_older_than_the_bound(tmp_path: Path) -> None:
+    # A task whose reward varies within every group even for the untrained model (the share of
+    # the reply's characters that are letters), so the trainer takes a step every step and the
+    # test exercises staleness, not luck (with the toy suite's sevens, a whole step of the random
+    # model often scores 0 and the trainer rightly skips it).
+    suite = tmp_path / "letters"
+    suite.mkdir()
+    (suite / "letters.yaml").write_text(
+        "id: letters\n"
+        'instruction: "Reply with a word."\n'
+        f"verifier: {{type: answer_chars, chars: {string.ascii_letters}}}\n"
+        "solution: []\n"
+        "answer: word\n"
+        "limits: {max_turns: 2, timeout_s: 60, max_tokens_per_turn: 16}\n"
+    )
     args = [
         "run",
         str(ROOT / "examples" / "quickstart.yaml"),
         f"runs_dir={tmp_path}",
+        f"tasks={suite}",
         "name=async",
         "steps=6",
         "rollout.mode=async",
@@ -35,6 +51,7 @@ def test_async_mode_never_trains_on_samples_older_than_the_bound(tmp_path: Path)
     staleness = [s["staleness_max"] for s in steps]
     print("staleness per step:", staleness, "versions:", [s["policy_version"] for s in steps])
     assert all(0 <= x <= 1 for x in staleness), staleness
+    assert steps[-1]["policy_version"] >= 4, steps  # the trainer stepped on (nearly) every step
     # Asynchronous for real: some step trained on groups sampled by the previous weights.
     assert max(staleness) == 1, staleness
     # Whatever the buffer evicted as stale is on disk with its reason, and counted.

@@ -51,7 +51,8 @@ def test_quickstart_learns_and_its_checkpoint_serves(tmp_path: Path) -> None:
     turns = [t for e in episodes for t in e["turns"]]
     assert all(t["prompt_ids"] and t["completion_ids"] for t in turns)
     versions = [max(t["policy_version"] for t in e["turns"]) for e in episodes]
-    assert versions[:32] == [0] * 32 and max(versions) == steps[-1]["policy_version"] - 1
+    # The last step samples with the weights published by the step before it.
+    assert versions[:32] == [0] * 32 and max(versions) == steps[-2]["policy_version"] > 8
     assert versions == sorted(versions)  # synchronous mode: each step on the newest weights
 
     # The checkpoint is a Hugging Face model directory that `forge serve` loads and answers from.

@@ -42,7 +42,10 @@ def test_quickstart_with_vllm_trains(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     run_dir = tmp_path / "quickstart-vllm"
     steps = _read_jsonl(run_dir / "metrics.jsonl")
-    assert [s["policy_version"] for s in steps] == list(range(1, 9))  # a trainer step each step
+    # A trainer step on (nearly) every step: one whose groups all scored alike has no gradient
+    # and is rightly skipped (likely on step 1, when the random model rarely writes a 7).
+    published = [s["policy_version"] for s in steps]
+    assert published == sorted(published) and published[-1] >= 6, published
     assert steps[-1]["reward_mean"] >= steps[0]["reward_mean"] + 0.3, steps
     episodes = _read_jsonl(run_dir / "episodes" / "episodes.jsonl")
     assert len(episodes) == 8 * 4 * 8
@@ -50,4 +53,4 @@ def test_quickstart_with_vllm_trains(tmp_path: Path) -> None:
     assert all(t["prompt_ids"] and t["completion_ids"] for t in turns)
     assert all(len(t["logprobs"]) == len(t["completion_ids"]) for t in turns)
     versions = [t["policy_version"] for e in episodes for t in e["turns"]]
-    assert versions == sorted(versions) and set(versions) == set(range(8))
+    assert versions == sorted(versions) and set(versions) == {0, *published[:-1]}
