@@ -27,6 +27,7 @@ from forge.batching import MicroBatch, build_rows, micro_batches
 from forge.config import TrainerConfig
 from forge.grpo import group_advantages, kl_penalty, policy_loss
 from forge.types import Episode
+from serve.collective import Broadcaster, metas_of
 from serve.models import load_model
 
 _SUMMED = ("loss", "pg_loss", "kl")  # micro-batch shares that add up to the batch value
@@ -61,6 +62,7 @@ class Trainer:
             weight_decay=cfg.weight_decay,
         )
         self.version = 0
+        self._broadcaster = Broadcaster()  # a collective WeightSync's rank 0
         self.step = 0
 
     # ---- training -------------------------------------------------------------------------
@@ -263,6 +265,22 @@ class Trainer:
     def get_weights(self) -> dict[str, Tensor]:
         """Detached CPU copies of the weights (never views of the live parameters)."""
         return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+
+    def collective_endpoint(self) -> dict[str, Any]:
+        """Where a new broadcast group meets (this node, a free port) and what it carries."""
+        import ray
+
+        address = ray.util.get_node_ip_address()
+        metas = metas_of(self.model.state_dict())
+        return {
+            "address": address,
+            "port": self._broadcaster.open(address),
+            "tensors": [(m.name, m.shape, m.dtype) for m in metas],
+        }
+
+    def broadcast_weights(self, message: dict[str, Any]) -> int:
+        """Send the weights as rank 0 of the group ``message`` names; returns the bytes sent."""
+        return self._broadcaster.send(message, self.model.state_dict())
 
     def get_version(self) -> int:
         return self.version

@@ -163,6 +163,26 @@ class TrainerConfig(_Strict):
     device: str = Field("cpu", description="torch device the trainer's model lives on.")
 
 
+class WeightSyncConfig(_Strict):
+    strategy: Literal["object_store", "collective"] = Field(
+        "object_store",
+        description="object_store: the trainer's weights are put once into Ray's object store "
+        "and every replica fetches them. collective: the trainer (rank 0) broadcasts bucketed "
+        "tensors to every replica's model workers through a process group made for the purpose.",
+    )
+    backend: Literal["auto", "nccl", "gloo"] = Field(
+        "auto",
+        description="collective only: nccl (GPUs), gloo (CPUs); auto picks nccl when the "
+        "trainer's device is a GPU.",
+    )
+    bucket_mib: float = Field(
+        256.0, gt=0, description="collective only: most MiB of tensors per broadcast."
+    )
+    timeout_s: float = Field(
+        300.0, gt=0, description="collective only: how long a group waits for a missing member."
+    )
+
+
 class RunConfig(_Strict):
     name: str = Field("quickstart", description="Run name; outputs go to runs/<name>/.")
     runs_dir: str = Field("runs", description="Folder that holds run directories.")
@@ -191,6 +211,10 @@ class RunConfig(_Strict):
     )
     trainer: TrainerConfig = Field(
         default_factory=TrainerConfig, description="Trainer: optimizer, loss, micro-batching."
+    )
+    weight_sync: WeightSyncConfig = Field(
+        default_factory=WeightSyncConfig,
+        description="How new weights travel from the trainer to the Policy replicas.",
     )
     steps: int = Field(20, ge=0, description="Trainer steps to run.")
     eval_every: int = Field(0, ge=0, description="Evaluate every k steps (0: never).")

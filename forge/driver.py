@@ -72,7 +72,7 @@ class Run:
         from actors.scheduler import Scheduler
         from actors.trainer import Trainer
         from serve.policy import deploy_policy
-        from serve.weight_sync import ObjectStoreWeightSync, WeightStore
+        from serve.weight_sync import WeightStore, make_weight_sync
 
         store_name = f"forge-weights-{config.name}-{uuid.uuid4().hex[:6]}"
         store = ray.remote(WeightStore).options(name=store_name, num_cpus=0).remote()
@@ -85,7 +85,9 @@ class Run:
             f"({time.perf_counter() - t0:.1f}s)",
             flush=True,
         )
-        self.sync = ObjectStoreWeightSync(store, config.policy.replicas)
+        self.sync = make_weight_sync(
+            config.weight_sync, store, config.policy, config.trainer.device
+        )
         self.buffer = (
             ray.remote(ReplayBuffer)
             .options(num_cpus=0)
@@ -156,7 +158,7 @@ class Run:
         version = ray.get(self.trainer.get_version.remote())
         if version == self.version:
             return {"weight_sync_s": 0.0}
-        timing = self.sync.publish(self.trainer.get_weights.remote(), version)
+        timing = self.sync.publish(self.trainer, version)
         self.version = version
         ray.get(self.scheduler.set_version.remote(version))
         return timing

