@@ -14,14 +14,12 @@ from tests.forge.test_cli import FORGE, _env
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(1000)
-def test_async_mode_never_trains_on_samples_older_than_the_bound(tmp_path: Path) -> None:
-    # A task whose reward varies within every group even for the untrained model (the share of
-    # the reply's characters that are letters), so the trainer takes a step every step and the
-    # test exercises staleness, not luck (with the toy suite's sevens, a whole step of the random
-    # model often scores 0 and the trainer rightly skips it).
-    suite = tmp_path / "letters"
+def _letters_suite(root: Path) -> Path:
+    """A task whose reward varies within every group even for the untrained model (the share of
+    the reply's characters that are letters), so the trainer takes a step every step and a test
+    exercises what it means to, not luck (with the toy suite's sevens, a whole step of the
+    random model often scores 0 and the trainer rightly skips it)."""
+    suite = root / "letters"
     suite.mkdir()
     (suite / "letters.yaml").write_text(
         "id: letters\n"
@@ -31,6 +29,17 @@ def test_async_mode_never_trains_on_samples_older_than_the_bound(tmp_path: Path)
         "answer: word\n"
         "limits: {max_turns: 2, timeout_s: 60, max_tokens_per_turn: 16}\n"
     )
+    return suite
+
+
+def _steps(run_dir: Path) -> list[dict]:
+    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1000)
+def test_async_mode_never_trains_on_samples_older_than_the_bound(tmp_path: Path) -> None:
+    suite = _letters_suite(tmp_path)
     args = [
         "run",
         str(ROOT / "examples" / "quickstart.yaml"),
@@ -46,7 +55,7 @@ def test_async_mode_never_trains_on_samples_older_than_the_bound(tmp_path: Path)
     r = subprocess.run([*FORGE, *args], capture_output=True, text=True, timeout=900, env=_env())
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     run_dir = tmp_path / "async"
-    steps = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = _steps(run_dir)
     assert [s["step"] for s in steps] == list(range(1, 7))
     staleness = [s["staleness_max"] for s in steps]
     print("staleness per step:", staleness, "versions:", [s["policy_version"] for s in steps])
@@ -60,3 +69,32 @@ def test_async_mode_never_trains_on_samples_older_than_the_bound(tmp_path: Path)
     ]
     stale = [d for d in dropped if d["reason"] == "stale"]
     assert len(stale) == steps[-1]["evicted_stale_groups"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1000)
+def test_collective_weight_sync_carries_every_trainer_step(tmp_path: Path) -> None:
+    """``weight_sync.strategy=collective``: the trainer broadcasts to both replicas (gloo on a
+    CPU) each step; every step samples with the weights the step before published."""
+    args = [
+        "run",
+        str(ROOT / "examples" / "quickstart.yaml"),
+        f"runs_dir={tmp_path}",
+        f"tasks={_letters_suite(tmp_path)}",
+        "name=collective",
+        "steps=3",
+        "policy.replicas=2",
+        "policy.num_cpus=0.5",
+        "rollout.group_size=4",
+        "rollout.groups_per_step=2",
+        "weight_sync.strategy=collective",
+    ]
+    r = subprocess.run([*FORGE, *args], capture_output=True, text=True, timeout=900, env=_env())
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    run_dir = tmp_path / "collective"
+    steps = _steps(run_dir)
+    assert [s["policy_version"] for s in steps] == [1, 2, 3]
+    assert all(s["weight_sync_mib"] > 17 for s in steps)  # the tiny model's 17.4 MiB
+    episodes = [json.loads(x) for x in (run_dir / "episodes" / "episodes.jsonl").open()]
+    versions = [max(t["policy_version"] for t in e["turns"]) for e in episodes]
+    assert versions == [0] * 8 + [1] * 8 + [2] * 8
