@@ -267,14 +267,13 @@ class Trainer:
         return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
 
     def collective_endpoint(self) -> dict[str, Any]:
-        """Where a new broadcast group meets (this node, a free port) and what it carries."""
+        """Where a new broadcast group meets (this node, a free port), its id, what it carries."""
         import ray
 
         address = ray.util.get_node_ip_address()
         metas = metas_of(self.model.state_dict())
         return {
-            "address": address,
-            "port": self._broadcaster.open(address),
+            **self._broadcaster.open(address),
             "tensors": [(m.name, m.shape, m.dtype) for m in metas],
         }
 

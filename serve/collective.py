@@ -10,14 +10,16 @@ hold; the receiver unpacks them into Hugging Face-named tensors.
 :class:`Broadcaster` is the trainer's side, :class:`Receiver` a replica's (in the Policy's
 process for the torch engine, in each vLLM worker for the vllm engine). A message, made by
 :class:`~serve.weight_sync.CollectiveWeightSync` and passed to every party, says where the group
-meets (``address``, ``port``, ``world_size``, ``epoch``: a new epoch means a new group), the
-backend, the tensors and each replica's base rank.
+meets (``address``, ``port``, ``world_size``, and ``group``: an id the broadcaster mints for
+each new group, so a party joins a new group exactly when the id changes), the backend, the
+tensors and each replica's base rank.
 """
 
 from __future__ import annotations
 
 import datetime
 import socket
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,16 +82,16 @@ def device_for(backend: str) -> torch.device:
 
 
 class _Member:
-    """One party of the group; joins a new one whenever the message's epoch changes."""
+    """One party of the group; joins a new one whenever the message's group id changes."""
 
     def __init__(self) -> None:
         self.group: Any = None
-        self.epoch: int | None = None
+        self.group_id: str | None = None
         self._store: Any = None
         self._listen_fd: int | None = None  # rank 0: the socket its store will serve on
 
     def join(self, message: dict[str, Any], rank: int) -> Any:
-        if self.epoch == message["epoch"]:
+        if self.group_id == message["group"]:
             return self.group
         import torch.distributed as dist
 
@@ -110,20 +112,22 @@ class _Member:
             self.group = dist.ProcessGroupNCCL(self._store, rank, world)
         else:
             self.group = dist.ProcessGroupGloo(self._store, rank, world, timeout)
-        self.epoch = message["epoch"]
+        self.group_id = message["group"]
         return self.group
 
 
 class Broadcaster(_Member):
     """The trainer's side: rank 0 of every group."""
 
-    def open(self, address: str) -> int:
+    def open(self, address: str) -> dict[str, Any]:
         """Listen on ``address`` (this node's, loopback on a one-node cluster, never all
-        interfaces) for the next group's store; returns the port."""
+        interfaces) for the next group's store; returns where it meets and its new id."""
         sock = socket.create_server((address, 0), backlog=128)
         port = int(sock.getsockname()[1])
+        if self._listen_fd is not None:  # opened before, never joined
+            socket.socket(fileno=self._listen_fd).close()
         self._listen_fd = sock.detach()
-        return port
+        return {"address": address, "port": port, "group": uuid.uuid4().hex}
 
     def send(self, message: dict[str, Any], state_dict: dict[str, torch.Tensor]) -> int:
         """Broadcast ``state_dict`` (named as in ``message["tensors"]``); returns bytes sent."""

@@ -150,8 +150,8 @@ class CollectiveWeightSync:
         self.epoch += 1
         n = self.ranks_per_replica
         return {
-            **endpoint,  # address, port, tensors
-            "epoch": self.epoch,
+            **endpoint,  # address, port, group (id), tensors
+            "epoch": self.epoch,  # groups this publisher made
             "world_size": 1 + n * len(members),
             "ranks": {r: 1 + n * i for i, r in enumerate(members)},
             "backend": self.backend,

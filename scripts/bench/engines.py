@@ -3,8 +3,12 @@
 Both engines serve the same model (``tiny`` by default, same seed, float32) as Policy
 deployments on one local Ray cluster; for each batch size, B concurrent requests of the same
 prompt sample ``--tokens`` tokens each (temperature 1, different seeds), alternating engines,
-median of ``--reps``. Then each takes the same new state dict through ``Policy.update_weights``.
-The vllm engine needs the vLLM environment (scripts/setup_vllm.sh).
+median of ``--reps``. Then a Trainer actor holding other weights of the same model publishes them
+to each engine three times by each WeightSync strategy (the object store; a collective
+broadcast: gloo on CPUs, ``--collective-backend nccl`` with a GPU for each of the trainer and
+both Policies), timed from publish to every
+replica serving the new version, against the bytes moved. The vllm engine needs the vLLM
+environment (scripts/setup_vllm.sh).
 
     .venv/bin/python scripts/bench/engines.py [--model tiny] [--batches 1,8,32] [--tokens 64]
 """
@@ -20,11 +24,12 @@ import forge  # noqa: F401  (before ray: a loopback-only local cluster)
 # isort: split
 import ray
 
+from actors.trainer import Trainer
 from forge.cluster import init_ray
 from forge.config import PolicyConfig
 from forge.types import ChatRequest, Message, SamplingParams
-from serve.models import load_model
 from serve.policy import deploy_policy
+from serve.weight_sync import CollectiveWeightSync, ObjectStoreWeightSync, WeightStore
 
 PROMPT = "Write a short story about a lighthouse keeper and a storm."
 
@@ -51,11 +56,17 @@ def main() -> None:
     parser.add_argument("--num-cpus", type=float, default=1.0)
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (both engines share it)")
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--collective-backend", default="gloo", help="gloo, or nccl")
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     init_ray()
     common = {"model": args.model, "seed": 0, "dtype": args.dtype, "device": args.device}
-    gpus = 0.5 if args.device == "cuda" else 0.0
+    # NCCL needs each rank on a GPU of its own (three: trainer, torch and vllm Policies)
+    gpus = (1.0 if args.collective_backend == "nccl" else 0.3) if args.device == "cuda" else 0.0
+    stores = {
+        name: ray.remote(WeightStore).options(name=f"bench-ws-{name}", num_cpus=0).remote()
+        for name in ("torch", "vllm")
+    }
     policies = {
         "torch": deploy_policy(
             PolicyConfig(
@@ -63,6 +74,7 @@ def main() -> None:
                 max_batch_size=max(batches),
                 num_cpus=args.num_cpus,
                 num_gpus=gpus,
+                weight_store="bench-ws-torch",
             ),
             "bench-torch",
         ),
@@ -71,6 +83,7 @@ def main() -> None:
                 engine={"name": "vllm", **common, "max_model_len": 2048, "kv_cache_gib": 1.0},
                 num_cpus=args.num_cpus,
                 num_gpus=gpus,
+                weight_store="bench-ws-vllm",
             ),
             "bench-vllm",
         ),
@@ -86,15 +99,29 @@ def main() -> None:
                 runs[name].append(tokens_per_s(p, b, args.tokens, rep))
         t, v = statistics.median(runs["torch"]), statistics.median(runs["vllm"])
         print(f"{b:5d} {t:12.1f} {v:12.1f} {v / t:10.2f}", flush=True)
-    state = load_model(args.model, seed=1)[0].state_dict()
-    nbytes = sum(x.numel() * x.element_size() for x in state.values())
-    ref = ray.put(state)
-    for name, p in policies.items():
-        took = [p.update_weights.remote(ref, v).result() for v in (1, 2, 3)]
-        print(
-            f"weight update ({name}): {statistics.median(took) * 1000:.1f} ms for "
-            f"{nbytes / 2**20:.1f} MiB (median of 3)"
-        )
+    trainer = (
+        ray.remote(Trainer)
+        .options(num_cpus=0, num_gpus=gpus)
+        .remote({"device": args.device}, model=args.model, seed=1)
+    )
+    weights = ray.get(trainer.get_weights.remote())
+    mib = sum(x.numel() * x.element_size() for x in weights.values()) / 2**20
+    del weights
+    print(f"weight update, publish to serving: {mib:.1f} MiB of trainer weights, median of 3")
+    print(f"{'engine':>6s} {'object store ms':>16s} {'collective ms':>14s} {'ratio':>6s}")
+    for name, store in stores.items():
+        syncs = {
+            "object_store": ObjectStoreWeightSync(store, replicas=1),
+            "collective": CollectiveWeightSync(store, 1, args.collective_backend),
+        }
+        took: dict[str, list[float]] = {k: [] for k in syncs}
+        version = 0
+        for _ in range(3):
+            for strategy, sync in syncs.items():
+                version += 1
+                took[strategy].append(sync.publish(trainer, version)["weight_sync_s"])
+        o, c = statistics.median(took["object_store"]), statistics.median(took["collective"])
+        print(f"{name:>6s} {o * 1000:16.1f} {c * 1000:14.1f} {o / c:6.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -2,22 +2,30 @@
 # The one prepared GPU check for the vllm engine (issue 5). Run from the repository root on a
 # lent GPU machine; results go to $OUT (default /tmp/forge-device):
 #   setup.log      set-up (.venv with CUDA torch 2.13.0, .venv-vllm with vllm 0.32.0)
-#   tests.log      the vllm and gpu tests
+#   tests.log      the vllm and gpu tests (the NCCL broadcast test needs two GPUs)
 #   engines-*.txt  tokens/s of the vllm and torch engines on random-init Qwen2 0.5B and 1.5B
 #                  (built from config: weights cannot be downloaded there), batch 1, 8 and 32,
-#                  and each engine's weight-update time through the object store
-# Not measured: weight updates through NCCL (the NCCL WeightSync strategy is not written yet).
+#                  and each engine's weight-update time through the object store and through a
+#                  collective broadcast, with the MiB moved. The collective backend is NCCL when
+#                  the machine has three GPUs (trainer and both Policies each on their own: NCCL
+#                  refuses two ranks on one device), else gloo through host memory (said in the
+#                  output).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/forge-device}
 mkdir -p "$OUT"
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE=disabled
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+backend=gloo
+if [ "$gpus" -ge 3 ]; then backend=nccl; fi
+echo "$gpus GPU(s): collective weight sync measured with $backend"
 time bash scripts/setup.sh > "$OUT/setup.log" 2>&1 || { echo "setup failed"; tail -30 "$OUT/setup.log"; exit 1; }
 .venv/bin/python -m pytest -q -m "vllm or gpu" tests/serve > "$OUT/tests.log" 2>&1
 tail -5 "$OUT/tests.log"
 for model in qwen2-0.5b-random qwen2-1.5b-random; do
   timeout 240 .venv/bin/python scripts/bench/engines.py --model "$model" --device cuda \
-    --dtype bfloat16 --tokens 128 --reps 2 > "$OUT/engines-$model.txt" 2>&1
-  grep -v "INFO\|WARNING\|pid=" "$OUT/engines-$model.txt" | tail -8
+    --dtype bfloat16 --tokens 128 --reps 2 --collective-backend "$backend" \
+    > "$OUT/engines-$model.txt" 2>&1
+  grep -v "INFO\|WARNING\|pid=" "$OUT/engines-$model.txt" | tail -10
 done
