@@ -32,6 +32,7 @@ from forge.config import ProxyConfig, SandboxConfig
 from forge.episode import run_attempt
 from forge.types import ChatRequest, Completion, Episode, Turn
 from serve.http_app import build_app, protocol_routes, request_api_key
+from serve.live import LiveCompletion, stream_policy
 from serve.protocol.common import ProtocolError, WireOptions
 
 log = logging.getLogger(__name__)
@@ -179,7 +180,12 @@ class HarnessPod:
         return [self.model]
 
     async def generate(
-        self, ctx: AttemptState, chat: ChatRequest, opts: WireOptions, raw_body: dict[str, Any]
+        self,
+        ctx: AttemptState,
+        chat: ChatRequest,
+        opts: WireOptions,
+        raw_body: dict[str, Any],
+        live: LiveCompletion | None = None,
     ) -> Completion:
         state = ctx
         if len(state.turns) >= self.proxy_config.max_turns_per_attempt:
@@ -202,7 +208,10 @@ class HarnessPod:
         chat.script = state.script
         started, t0 = time.time(), time.perf_counter()
         try:
-            completion: Completion = await self.policy.generate.remote(chat)
+            if live is None:
+                completion: Completion = await self.policy.generate.remote(chat)
+            else:
+                completion = await stream_policy(self.policy, chat, live)
         except Exception as e:
             state.errors.append(f"{type(e).__name__}: {e}")
             raise ProtocolError(502, f"policy error: {type(e).__name__}: {e}") from e

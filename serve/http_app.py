@@ -4,12 +4,14 @@
 completions, Responses, Anthropic messages) and the model list. Each request is authorised by the
 :class:`Backend` first, then its body is read under a size bound, parsed strictly by its protocol
 module into a :class:`~forge.types.ChatRequest`, handed to ``Backend.generate`` and the
-:class:`~forge.types.Completion` rendered as JSON or as server-sent events. Errors are answered in
+:class:`~forge.types.Completion` rendered as JSON, or, for a streamed request, rendered as
+server-sent events while it is generated (:mod:`serve.live`). Errors are answered in
 the protocol's own error format; an unexpected exception is a 500 and the server keeps running.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -22,6 +24,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from forge.types import ChatRequest, Completion
+from serve.live import LiveCompletion
 from serve.protocol import anthropic, chat, responses
 from serve.protocol.common import ProtocolError, WireOptions, WireProtocol, error_body
 
@@ -43,8 +46,16 @@ class Backend(Protocol):
     async def authorize(self, request: Request) -> Any: ...
 
     async def generate(
-        self, ctx: Any, chat: ChatRequest, opts: WireOptions, raw_body: dict[str, Any]
-    ) -> Completion: ...
+        self,
+        ctx: Any,
+        chat: ChatRequest,
+        opts: WireOptions,
+        raw_body: dict[str, Any],
+        live: LiveCompletion | None = None,
+    ) -> Completion:
+        """The answer to ``chat``; with ``live`` (a streamed request), also feed it the prompt
+        and content as they come (or leave it: the endpoint finishes it from the result)."""
+        ...
 
     async def models(self, ctx: Any) -> list[str]: ...
 
@@ -97,9 +108,34 @@ async def read_json_body(request: Request, max_body_bytes: int) -> dict[str, Any
     return body
 
 
-async def _stream(chunks: list[bytes]) -> AsyncIterator[bytes]:
-    for chunk in chunks:
-        yield chunk
+_producing: set[asyncio.Task[None]] = set()  # streamed answers being generated and recorded
+
+
+async def _produce(
+    backend: Backend,
+    live: LiveCompletion,
+    args: tuple[Any, ChatRequest, WireOptions, dict[str, Any]],
+) -> None:
+    """Generate (and let the backend record) a streamed answer, whether or not the client
+    stays to read it."""
+    try:
+        live.finish(await backend.generate(*args, live=live))
+    except BaseException as e:
+        live.fail(e)
+
+
+def _start_stream(backend: Backend, live: LiveCompletion, *args: Any) -> None:
+    task = asyncio.get_running_loop().create_task(_produce(backend, live, args))
+    _producing.add(task)
+    task.add_done_callback(_producing.discard)
+
+
+async def _events(chunks: AsyncIterator[bytes], path: str) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in chunks:
+            yield chunk
+    except Exception:  # failed after the stream began: log it and end the stream
+        log.exception("stream of %s failed", path)
 
 
 def _generation_endpoint(
@@ -112,17 +148,20 @@ def _generation_endpoint(
             ctx = await backend.authorize(request)
             body = await read_json_body(request, max_body_bytes)
             chat_request, opts = module.parse_request(body)
-            completion = await backend.generate(ctx, chat_request, opts, body)
             if not opts.stream:
+                completion = await backend.generate(ctx, chat_request, opts, body)
                 return JSONResponse(module.render_response(completion, opts))
-            chunks: list[bytes] = list(module.render_stream(completion, opts))
+            live = LiveCompletion()
+            _start_stream(backend, live, ctx, chat_request, opts, body)
+            await live.started()  # errors before the first event are answered as errors
         except ProtocolError as err:
             return error_response(protocol, err)
         except Exception as e:
             log.exception("%s %s failed", request.method, request.url.path)
             return error_response(protocol, _internal(e))
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        return StreamingResponse(_stream(chunks), media_type="text/event-stream", headers=headers)
+        chunks = _events(module.render_stream(live, opts), request.url.path)
+        return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)
 
     return endpoint
 

@@ -17,10 +17,12 @@ they fail), swaps and opens the gate.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ from serve.batching import MicroBatcher
 from serve.chat_template import parse_tool_calls, render
 from serve.collective import Receiver
 from serve.engines import EngineOutput, EngineRequest, make_engine
+from serve.live import safe_content
 from serve.weight_sync import subscribe
 
 
@@ -67,22 +70,22 @@ class Policy:
         text = render(chat.messages, chat.tools)
         return self.tokenizer(text, add_special_tokens=False).input_ids
 
-    async def generate(self, chat: ChatRequest) -> Completion:
+    def _prepare(self, chat: ChatRequest) -> EngineRequest:
         if chat.sampling.max_tokens <= 0:
             chat.sampling.max_tokens = self.config.default_max_tokens
-        prompt_ids = self.tokenize_prompt(chat)
-        request = EngineRequest(prompt_ids, chat.sampling, chat)
-        if self.continuous:
-            out, version = await self._generate_one(request)
-        else:
-            out, version = await self._batcher.submit(request)
+        return EngineRequest(self.tokenize_prompt(chat), chat.sampling, chat)
+
+    def _complete(
+        self, chat: ChatRequest, request: EngineRequest, out: EngineOutput, version: int
+    ) -> Completion:
         text = self.tokenizer.decode(out.completion_ids, skip_special_tokens=True)
         content, calls = parse_tool_calls(text) if chat.tools else (text, [])
-        finish = "tool_calls" if calls and out.finish_reason == "stop" else out.finish_reason
+        finish = out.finish_reason or "length"
+        finish = "tool_calls" if calls and finish == "stop" else finish
         self.stats["requests"] += 1
         self.stats["completion_tokens"] += len(out.completion_ids)
         return Completion(
-            prompt_ids=prompt_ids,
+            prompt_ids=request.prompt_ids,
             completion_ids=out.completion_ids,
             logprobs=out.logprobs,
             text=text,
@@ -91,6 +94,43 @@ class Policy:
             finish_reason=finish,
             policy_version=version,
         )
+
+    async def generate(self, chat: ChatRequest) -> Completion:
+        request = self._prepare(chat)
+        return self._complete(chat, request, *await self._run(request))
+
+    async def _run(self, request: EngineRequest) -> tuple[EngineOutput, int]:
+        if not self.continuous:
+            return await self._batcher.submit(request)
+        async with self._admit() as version:
+            (out,) = await self.engine.generate([request])
+        return out, version
+
+    async def generate_stream(self, chat: ChatRequest) -> AsyncIterator[tuple[str, Any]]:
+        """The answer as it is generated (a Serve streaming call): ``("prompt", ids)``, then
+        ``("text", delta)`` for content as it is sampled (see :mod:`serve.live`), then
+        ``("done", completion)``, the same completion :meth:`generate` returns. Engines that
+        do not stream (``torch``) send their content with the completion."""
+        request = self._prepare(chat)
+        yield "prompt", request.prompt_ids
+        if not (self.continuous and hasattr(self.engine, "stream")):
+            yield "done", self._complete(chat, request, *await self._run(request))
+            return
+        ids: list[int] = []
+        logprobs: list[float] = []
+        finish: str | None = None
+        sent = ""
+        async with self._admit() as version:
+            async for delta in self.engine.stream(request):
+                ids += delta.completion_ids
+                logprobs += delta.logprobs
+                finish = delta.finish_reason or finish
+                text = self.tokenizer.decode(ids, skip_special_tokens=True)
+                safe = safe_content(text, bool(chat.tools))
+                if len(safe) > len(sent) and safe.startswith(sent):
+                    yield "text", safe[len(sent) :]
+                    sent = safe
+        yield "done", self._complete(chat, request, EngineOutput(ids, logprobs, finish), version)
 
     async def _generate_batch(
         self, requests: list[EngineRequest]
@@ -101,19 +141,19 @@ class Policy:
         self.stats["batches"] += 1
         return [(o, version) for o in outputs]
 
-    async def _generate_one(self, request: EngineRequest) -> tuple[EngineOutput, int]:
+    @contextlib.asynccontextmanager
+    async def _admit(self) -> AsyncIterator[int]:
+        """Continuous engines: one request in flight, past the gate; yields the version."""
         while not self._open.is_set():
             await self._open.wait()
         self._inflight += 1
         self._drained.clear()
-        version = self.version
         try:
-            (out,) = await self.engine.generate([request])
+            yield self.version
         finally:
             self._inflight -= 1
             if self._inflight == 0:
                 self._drained.set()
-        return out, version
 
     async def update_weights(self, state_dict: Any, version: int) -> float:
         """Swap in new weights between batches; returns the seconds the swap took.
@@ -215,6 +255,9 @@ class LocalHandle:
     def __init__(self, policy: Policy) -> None:
         self._policy = policy
 
+    def options(self, **_: Any) -> LocalHandle:
+        return self  # stream=True: an async generator method's result is iterated as it is
+
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._policy, name)
 
@@ -222,6 +265,8 @@ class LocalHandle:
             @staticmethod
             def remote(*args: Any, **kwargs: Any) -> Any:
                 result = method(*args, **kwargs)
+                if inspect.isasyncgen(result):
+                    return result
                 if asyncio.iscoroutine(result):
                     return asyncio.ensure_future(result)
                 fut = asyncio.get_event_loop().create_future()

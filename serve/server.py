@@ -18,6 +18,7 @@ from starlette.requests import Request
 
 from forge.types import ChatRequest, Completion
 from serve.http_app import build_app, protocol_routes, request_api_key
+from serve.live import LiveCompletion, stream_policy
 from serve.protocol.common import ProtocolError, WireOptions
 
 
@@ -47,7 +48,12 @@ class PolicyFrontend:
         return [self.model]
 
     async def generate(
-        self, ctx: Any, chat: ChatRequest, opts: WireOptions, raw_body: dict[str, Any]
+        self,
+        ctx: Any,
+        chat: ChatRequest,
+        opts: WireOptions,
+        raw_body: dict[str, Any],
+        live: LiveCompletion | None = None,
     ) -> Completion:
         if chat.model and chat.model != self.model:
             raise ProtocolError(
@@ -56,7 +62,9 @@ class PolicyFrontend:
                 "model",
             )
         chat.script = self.script
-        return await self.policy.generate.remote(chat)
+        if live is None:
+            return await self.policy.generate.remote(chat)
+        return await stream_policy(self.policy, chat, live)
 
 
 def make_app(

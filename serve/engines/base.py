@@ -25,7 +25,7 @@ class EngineRequest:
 class EngineOutput:
     completion_ids: list[int]  # sampled ids, including the end-of-turn token when one was sampled
     logprobs: list[float]  # the model's logprob of each sampled id (raw, before temperature)
-    finish_reason: str  # "stop" or "length"
+    finish_reason: str | None  # "stop" or "length"; None on a stream's partial outputs
 
 
 class Engine(Protocol):
@@ -33,7 +33,9 @@ class Engine(Protocol):
 
     An engine that batches continuously by itself sets ``continuous = True``: the Policy then
     sends it each request as it comes, and swaps weights with its ``async swap_weights(state)``
-    instead of ``load_weights`` (see ``serve/engines/vllm.py``).
+    instead of ``load_weights`` (see ``serve/engines/vllm.py``). It may also stream:
+    ``stream(request)`` yields the sampled ids and logprobs as they come (``finish_reason`` set
+    on the last), which the Policy's ``generate_stream`` passes on.
     """
 
     tokenizer: Any

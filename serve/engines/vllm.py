@@ -21,6 +21,7 @@ whole engine on a seeded request whose prompt is prefilled in chunks.
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,18 @@ class VllmEngine:
         return list(await asyncio.gather(*(self._one(r) for r in requests)))
 
     async def _one(self, request: EngineRequest) -> EngineOutput:
+        ids: list[int] = []
+        logprobs: list[float] = []
+        finish: str | None = None
+        async for delta in self.stream(request):
+            ids += delta.completion_ids
+            logprobs += delta.logprobs
+            finish = delta.finish_reason or finish
+        return EngineOutput(ids, logprobs, finish or "length")
+
+    async def stream(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        """The ids vLLM samples for ``request`` as it samples them; the last carries the
+        finish reason."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
@@ -122,23 +135,24 @@ class VllmEngine:
         )
         rid = uuid.uuid4().hex
         ids: list[int] = []
-        logprobs: list[float] = []
-        finish = "length"
         async for out in self.engine.generate(
             TokensPrompt(prompt_token_ids=request.prompt_ids), params, rid
         ):
             c = out.outputs[0]
-            ids += c.token_ids
-            logprobs += [step[t].logprob for t, step in zip(c.token_ids, c.logprobs, strict=True)]
             if c.finish_reason == "abort":
                 raise RequestAborted(f"request {rid} was aborted by a weight update")
+            new = list(c.token_ids)
+            ids += new
+            logprobs = [step[t].logprob for t, step in zip(new, c.logprobs or [], strict=True)]
+            finish = None
             if c.finish_reason is not None:
                 finish = "stop" if c.finish_reason == "stop" else "length"
-            if s.stop and self._hit_stop(ids, s.stop):
+            elif s.stop and self._hit_stop(ids, s.stop):
                 await self.engine.abort(rid)
                 finish = "stop"
-                break
-        return EngineOutput(ids, logprobs, finish)
+            yield EngineOutput(new, logprobs, finish)
+            if finish is not None:
+                return
 
     def _hit_stop(self, ids: list[int], stops: list[str]) -> bool:
         tail = self.tokenizer.decode(ids[-64:], skip_special_tokens=False)

@@ -8,8 +8,8 @@ JSON argument text; ``thinking`` blocks are dropped; image and document blocks a
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
 
 from forge.types import ChatRequest, Completion, Message, SamplingParams, Tool, ToolCall
 from serve.protocol.common import (
@@ -28,6 +28,9 @@ from serve.protocol.common import (
     sse_event,
     text_content,
 )
+
+if TYPE_CHECKING:
+    from serve.live import LiveCompletion
 
 _IGNORED_BLOCKS = ("thinking", "redacted_thinking")
 _MEDIA_BLOCKS = ("image", "document", "search_result", "container_upload")
@@ -191,48 +194,52 @@ def _blocks_out(c: Completion) -> list[dict[str, Any]]:
     return blocks
 
 
-def _message(c: Completion, opts: WireOptions, content: list[dict[str, Any]], done: bool) -> dict:
+def _message(
+    opts: WireOptions, prompt_ids: list[int], content: list[dict[str, Any]], c: Completion | None
+) -> dict:
+    """The message object: starting (``c`` None) or finished."""
     out: dict[str, Any] = {
         "id": f"msg_{opts.request_id}",
         "type": "message",
         "role": "assistant",
         "model": opts.model,
         "content": content,
-        "stop_reason": _stop_reason(c) if done else None,
+        "stop_reason": _stop_reason(c) if c else None,
         "stop_sequence": None,
         "usage": {
-            "input_tokens": len(c.prompt_ids),
-            "output_tokens": len(c.completion_ids) if done else 0,
+            "input_tokens": len(prompt_ids),
+            "output_tokens": len(c.completion_ids) if c else 0,
             "cache_creation_input_tokens": 0,
             "cache_read_input_tokens": 0,
         },
     }
     if opts.return_token_ids:
-        out["prompt_token_ids"] = list(c.prompt_ids)
-        if done:
+        out["prompt_token_ids"] = list(prompt_ids)
+        if c:
             out["token_ids"] = list(c.completion_ids)
     return out
 
 
 def render_response(c: Completion, opts: WireOptions) -> dict[str, Any]:
-    return _message(c, opts, _blocks_out(c), done=True)
+    return _message(opts, c.prompt_ids, _blocks_out(c), c)
 
 
-def render_stream(c: Completion, opts: WireOptions) -> Iterator[bytes]:
+async def render_stream(live: LiveCompletion, opts: WireOptions) -> AsyncIterator[bytes]:
     def event(kind: str, **fields: Any) -> bytes:
         return sse_event(kind, {"type": kind, **fields})
 
-    yield event("message_start", message=_message(c, opts, [], done=False))
+    yield event("message_start", message=_message(opts, live.prompt_ids or [], [], None))
     yield event("ping")
     index = 0
-    if c.content:
-        yield event("content_block_start", index=index, content_block={"type": "text", "text": ""})
-        for piece in pieces(c.content):
-            yield event(
-                "content_block_delta", index=index, delta={"type": "text_delta", "text": piece}
-            )
-        yield event("content_block_stop", index=index)
-        index += 1
+    async for piece in live.content():
+        if index == 0:
+            index = 1
+            start = {"type": "text", "text": ""}
+            yield event("content_block_start", index=0, content_block=start)
+        yield event("content_block_delta", index=0, delta={"type": "text_delta", "text": piece})
+    if index:
+        yield event("content_block_stop", index=0)
+    c = live.final()
     for call in c.tool_calls:
         _, text = _input_json(call.arguments)
         start = {"type": "tool_use", "id": _tool_use_id(call.id), "name": call.name, "input": {}}

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
 
 from forge.types import ChatRequest, Completion, Message, SamplingParams, Tool, ToolCall
 from serve.protocol.common import (
@@ -25,6 +25,9 @@ from serve.protocol.common import (
     sse_data,
     text_content,
 )
+
+if TYPE_CHECKING:
+    from serve.live import LiveCompletion
 
 _ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -191,7 +194,7 @@ def render_response(c: Completion, opts: WireOptions) -> dict[str, Any]:
     return out
 
 
-def render_stream(c: Completion, opts: WireOptions) -> Iterator[bytes]:
+async def render_stream(live: LiveCompletion, opts: WireOptions) -> AsyncIterator[bytes]:
     created = int(time.time())
     base: dict[str, Any] = {
         "id": f"chatcmpl-{opts.request_id}",
@@ -212,10 +215,11 @@ def render_stream(c: Completion, opts: WireOptions) -> Iterator[bytes]:
             out["usage"] = None
         return sse_data({**out, **(top_extra or {})})
 
-    first = {"prompt_token_ids": list(c.prompt_ids)} if opts.return_token_ids else None
+    first = {"prompt_token_ids": list(live.prompt_ids or [])} if opts.return_token_ids else None
     yield chunk({"role": "assistant", "content": ""}, top_extra=first)
-    for piece in pieces(c.content):
+    async for piece in live.content():
         yield chunk({"content": piece})
+    c = live.final()
     for index, call in enumerate(c.tool_calls):
         head = {
             "index": index,

@@ -5,7 +5,8 @@ Every protocol module (``chat``, ``responses``, ``anthropic``) exposes the same 
 - ``parse_request(body) -> (ChatRequest, WireOptions)``: strict validation of a client body into
   the internal :class:`~forge.types.ChatRequest`; raises :class:`ProtocolError` naming the field.
 - ``render_response(completion, opts) -> dict``: the protocol's JSON answer.
-- ``render_stream(completion, opts) -> Iterator[bytes]``: the same answer as server-sent events.
+- ``render_stream(live, opts) -> AsyncIterator[bytes]``: the same answer as server-sent events,
+  sent as a :class:`~serve.live.LiveCompletion` produces it (content text as it is sampled).
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ token limit cut the answer): Codex treats ``response.incomplete`` as a failed tu
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
 
 from forge.types import ChatRequest, Completion, Message, SamplingParams, Tool, ToolCall
 from serve.protocol.common import (
@@ -43,6 +43,9 @@ from serve.protocol.common import (
     sse_event,
     text_content,
 )
+
+if TYPE_CHECKING:
+    from serve.live import LiveCompletion
 
 # Grammar text of a custom tool kept in its description, at most this many characters.
 GRAMMAR_CHARS = 4000
@@ -243,19 +246,21 @@ def _with_grammar(description: str, fmt: Any) -> str:
 # Rendering
 
 
+def _message_item(opts: WireOptions, text: str, status: str) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "id": f"msg_{opts.request_id}",
+        "role": "assistant",
+        "status": status,
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
 def _output_items(c: Completion, opts: WireOptions) -> list[dict[str, Any]]:
     """The completed output items: an assistant message if there is text, then one per call."""
     items: list[dict[str, Any]] = []
     if c.content:
-        items.append(
-            {
-                "type": "message",
-                "id": f"msg_{opts.request_id}",
-                "role": "assistant",
-                "status": "completed",
-                "content": [{"type": "output_text", "text": c.content, "annotations": []}],
-            }
-        )
+        items.append(_message_item(opts, c.content, "completed"))
     for i, call in enumerate(c.tool_calls):
         namespace, custom = split_kind(opts.tool_kinds.get(call.name, "function"))
         name = call.name
@@ -349,7 +354,7 @@ def render_response(c: Completion, opts: WireOptions) -> dict[str, Any]:
     return _response(opts, int(time.time()), _output_items(c, opts), c)
 
 
-def render_stream(c: Completion, opts: WireOptions) -> Iterator[bytes]:
+async def render_stream(live: LiveCompletion, opts: WireOptions) -> AsyncIterator[bytes]:
     created_at = int(time.time())
     seq = 0
 
@@ -361,22 +366,27 @@ def render_stream(c: Completion, opts: WireOptions) -> Iterator[bytes]:
 
     yield event("response.created", response=_response(opts, created_at, [], None))
     yield event("response.in_progress", response=_response(opts, created_at, [], None))
+    # the message (output 0) opens with its first piece of text; the calls follow it
+    message = _message_item(opts, "", "in_progress")
+    where = {"item_id": message["id"], "output_index": 0}
+    part = {"type": "output_text", "text": "", "annotations": []}
+    opened = False
+    async for piece in live.content():
+        if not opened:
+            opened = True
+            yield event(
+                "response.output_item.added", output_index=0, item={**message, "content": []}
+            )
+            yield event("response.content_part.added", **where, content_index=0, part=part)
+        yield event(
+            "response.output_text.delta", **where, content_index=0, delta=piece, logprobs=[]
+        )
+    c = live.final()
     items = _output_items(c, opts)
     for index, item in enumerate(items):
         where = {"item_id": item["id"], "output_index": index}
         if item["type"] == "message":
             text = item["content"][0]["text"]
-            part = {"type": "output_text", "text": "", "annotations": []}
-            yield event(
-                "response.output_item.added",
-                output_index=index,
-                item={**item, "status": "in_progress", "content": []},
-            )
-            yield event("response.content_part.added", **where, content_index=0, part=part)
-            for piece in pieces(text):
-                yield event(
-                    "response.output_text.delta", **where, content_index=0, delta=piece, logprobs=[]
-                )
             yield event(
                 "response.output_text.done", **where, content_index=0, text=text, logprobs=[]
             )

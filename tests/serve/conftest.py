@@ -52,7 +52,12 @@ class FakeBackend:
         return dict(request.path_params)
 
     async def generate(
-        self, ctx: Any, chat: ChatRequest, opts: WireOptions, raw_body: dict[str, Any]
+        self,
+        ctx: Any,
+        chat: ChatRequest,
+        opts: WireOptions,
+        raw_body: dict[str, Any],
+        live: Any = None,
     ) -> Completion:
         self.calls.append((ctx, chat, opts, raw_body))
         if self.fail is not None:

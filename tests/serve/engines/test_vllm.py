@@ -3,6 +3,8 @@ environment, token ids in and out, and weight updates into it."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from forge.config import PolicyConfig
@@ -148,3 +150,37 @@ def test_collective_weight_sync_broadcasts_into_vllm_workers(ray_cluster) -> Non
     policy.update_weights.remote(_state_dict(seed=1), 4).result()
     assert policy.generate.remote(chat).result().completion_ids == after.completion_ids
     assert sync.epoch == 1
+
+
+def test_streams_tokens_as_vllm_samples_them(vllm_policy) -> None:
+    """``generate_stream`` passes on vLLM's deltas as they come: many text events, then the very
+    completion ``generate`` gives (greedy); over HTTP the streamed chat content and token ids
+    equal the non-streamed answer's."""
+    import httpx
+
+    from serve.server import BackgroundServer, make_app
+
+    chat = _chat("Tell a story.", max_tokens=48)
+    whole = vllm_policy.generate.remote(chat).result()
+    events = list(vllm_policy.options(stream=True).generate_stream.remote(chat))
+    kinds = [kind for kind, _ in events]
+    assert kinds[0] == "prompt" and kinds[-1] == "done" and kinds.count("text") > 5
+    done = events[-1][1]
+    assert done.completion_ids == whole.completion_ids and done.text == whole.text
+    deltas = "".join(v for k, v in events if k == "text")
+    assert deltas and whole.content.startswith(deltas)
+    body = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "Tell a story."}],
+        "max_tokens": 48,
+        "temperature": 0.0,
+        "stream": True,
+        "return_token_ids": True,
+    }
+    with BackgroundServer(make_app(vllm_policy, "tiny")) as url:
+        raw = httpx.post(url + "/v1/chat/completions", json=body, timeout=120).text
+    chunks = [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: {")]
+    content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+    assert content == whole.content
+    assert chunks[0]["prompt_token_ids"] == whole.prompt_ids
+    assert chunks[-1]["choices"][0]["token_ids"] == whole.completion_ids

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from forge.types import Completion, ToolCall
+from serve.live import LiveCompletion
 from serve.protocol import chat
 from serve.protocol.common import ProtocolError, WireOptions
 
@@ -170,10 +171,17 @@ def test_render_response_with_token_ids():
     assert out["prompt_token_ids"] == [1, 2, 3] and choice["token_ids"] == [7, 8]
 
 
+def render_all(chunks) -> list[bytes]:
+    async def collect() -> list[bytes]:
+        return [c async for c in chunks]
+
+    return asyncio.run(collect())
+
+
 def test_render_stream_shape():
     c = _completion(content="x" * 40, tool_calls=[ToolCall("c", "exec", "{}")])
     opts = WireOptions("chat", model="m", include_usage=True, return_token_ids=True)
-    raw = b"".join(chat.render_stream(c, opts)).decode()
+    raw = b"".join(render_all(chat.render_stream(LiveCompletion.of(c), opts))).decode()
     events = [e for e in raw.split("\n\n") if e]
     assert events[-1] == "data: [DONE]"
     chunks = [json.loads(e.removeprefix("data: ")) for e in events[:-1]]
