@@ -5,7 +5,8 @@ GPU, each with its own transformers), chosen through Ray's ``runtime_env`` by th
 deployment; vLLM's ``AsyncLLM`` runs in the replica's process, with its engine core and workers
 as vLLM's own child processes. Prompts are rendered by the project's chat template and passed as
 token ids (vLLM's tokenizer is never initialised); every request goes straight to vLLM's
-scheduler, so requests from all proxies are batched continuously.
+scheduler, so requests from all proxies are batched continuously. :meth:`stream` yields the ids
+as vLLM samples them (the Policy's ``generate_stream`` passes them on to streamed requests).
 
 Weight updates: :meth:`swap_weights` pauses vLLM (in-flight requests finish first, or are
 aborted and reported as failed, per ``inflight``), sends the weights as safetensors bytes to the
