@@ -4,7 +4,8 @@ Proxies call :meth:`Policy.generate` through a Serve handle with a protocol-inde
 :class:`~forge.types.ChatRequest`. The Policy renders the prompt with the model's chat template,
 batches concurrent requests into one engine call, parses tool calls and returns
 a :class:`~forge.types.Completion` with the exact prompt and completion token ids, logprobs and
-the policy version.
+the policy version. :meth:`Policy.generate_stream` gives the same completion as a Serve
+streaming call, with the content text first as the engine samples it (:mod:`serve.live`).
 
 Weight swaps are atomic: a batch runs under a lock, and :meth:`update_weights` takes the same
 lock, so in-flight requests finish on the old weights, queued ones wait and run on the new ones,
