@@ -230,15 +230,16 @@ async def render_stream(live: LiveCompletion, opts: WireOptions) -> AsyncIterato
 
     yield event("message_start", message=_message(opts, live.prompt_ids or [], [], None))
     yield event("ping")
-    index = 0
+    opened = False  # the text block (index 0) opens with its first piece
     async for piece in live.content():
-        if index == 0:
-            index = 1
+        if not opened:
+            opened = True
             start = {"type": "text", "text": ""}
             yield event("content_block_start", index=0, content_block=start)
         yield event("content_block_delta", index=0, delta={"type": "text_delta", "text": piece})
-    if index:
+    if opened:
         yield event("content_block_stop", index=0)
+    index = 1 if opened else 0
     c = live.final()
     for call in c.tool_calls:
         _, text = _input_json(call.arguments)
