@@ -81,8 +81,12 @@ class ProxyConfig(_Strict):
 class SandboxConfig(_Strict):
     backend: Literal["local"] = Field("local", description="Where harnesses run.")
     root: str | None = Field(None, description="Host folder for workspaces (default: temp dir).")
-    isolate_network: bool = Field(
-        True, description="Give the sandbox a private network whose only way out is its proxy."
+    isolation: Literal["required", "none"] = Field(
+        "required",
+        description="required: every sandbox runs under bubblewrap (private namespaces, only its "
+        "workspace and home writable, a network whose one way out is its proxy); a run that "
+        "cannot isolate stops at once and says how to install bubblewrap. none: run harnesses "
+        "as plain host processes sharing the host's network and files (only when asked).",
     )
 
 
@@ -113,6 +117,23 @@ class RolloutConfig(_Strict):
         64, ge=1, description="Groups the ReplayBuffer holds before collection pauses."
     )
     seed: int = Field(0, description="Seed for the order tasks are drawn in.")
+    policy_failures: Literal["score_zero", "drop"] = Field(
+        "score_zero",
+        description="An attempt the policy ended (context full, turn or token limit, a timeout "
+        "while the harness waited on the model or ran its commands, unparseable tool calls): "
+        "score_zero keeps it as a finished episode with reward 0 and its `truncated` reason, "
+        "trained on; drop treats it like an infrastructure failure (retried, then the group "
+        "is dropped).",
+    )
+    pod_start_timeout_s: float = Field(
+        120.0, gt=0, description="Seconds a new HarnessPod may take to be scheduled and start."
+    )
+    stall_timeout_s: float = Field(
+        1800.0,
+        gt=0,
+        description="The driver stops with a report of what it waits for when no attempt has "
+        "settled for this long during a collection.",
+    )
 
 
 class TrainerConfig(_Strict):
@@ -161,6 +182,15 @@ class TrainerConfig(_Strict):
         True, description="Divide group advantages by the group's std (False: Dr. GRPO)."
     )
     device: str = Field("cpu", description="torch device the trainer's model lives on.")
+    rollout_correction: Literal["off", "tis"] = Field(
+        "off",
+        description="tis: truncated importance sampling, weighting each sampled token's loss by "
+        "min(pi_trainer / pi_engine, tis_cap), for engines whose numerics differ from the "
+        "trainer's (vLLM in bf16); off: the engine's log-probabilities are the old policy.",
+    )
+    tis_cap: float = Field(
+        2.0, gt=0, description="rollout_correction=tis: the cap on the importance weight."
+    )
 
 
 class WeightSyncConfig(_Strict):

@@ -62,7 +62,7 @@ async def run_attempt(
         labels=labels,
         deadline_s=task.limits.timeout_s + SANDBOX_SLACK_S,
         ro_mounts=harness.ro_mounts(),
-        proxy_socket=pod.socket_path if pod.sandbox_config.isolate_network else None,
+        proxy_socket=pod.socket_path,
         proxy_tcp=f"{pod.host}:{pod.port}",
     )
     sandbox = make_sandbox(pod.sandbox_config.backend, root=pod.sandbox_config.root)

@@ -111,6 +111,9 @@ class Turn:
     policy_version: int
     latency_s: float
     started_at: float
+    temperature: float = 1.0  # what the engine sampled with (the trainer uses the same)
+    sampling_overridden: dict[str, Any] = field(default_factory=dict)  # asked for, replaced
+    delivered: bool = True  # False: the client had gone before the answer reached it
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -130,6 +133,7 @@ class Segment:
     turn_indices: list[int]
     policy_versions: list[int]
     prompt_len: int  # length of the first prompt, before any sampled token
+    temperature: float = 1.0  # the sampling temperature of every turn in the segment
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -145,7 +149,8 @@ class Episode:
     harness: str
     reward: float
     status: str  # "ok" or "failed"
-    failure: str | None = None  # reason when status == "failed"
+    failure: str | None = None  # infrastructure failure, when status == "failed"
+    truncated: str | None = None  # the policy ended it (context_full, turn_limit, ...): reward 0
     final_answer: str | None = None
     turns: list[Turn] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)

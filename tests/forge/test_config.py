@@ -58,7 +58,7 @@ def test_overrides_are_dotted_and_typed_by_yaml(tmp_path: Path) -> None:
             "policy.max_batch_size=8",
             "policy.engine.seed=7",
             "policy.num_gpus=0.5",
-            "sandbox.isolate_network=false",
+            "sandbox.isolation=none",
             "sandbox.root=null",
             "task_ids=[x, y]",
             "temperature=0",
@@ -69,7 +69,7 @@ def test_overrides_are_dotted_and_typed_by_yaml(tmp_path: Path) -> None:
     assert config.policy.max_batch_size == 8  # the override beats the file
     assert config.policy.engine.seed == 7
     assert config.policy.num_gpus == 0.5
-    assert config.sandbox.isolate_network is False
+    assert config.sandbox.isolation == "none"
     assert config.sandbox.root is None
     assert config.task_ids == ["x", "y"]
     assert config.temperature == 0.0
