@@ -65,7 +65,11 @@ async def run_attempt(
         proxy_socket=pod.socket_path,
         proxy_tcp=f"{pod.host}:{pod.port}",
     )
-    sandbox = make_sandbox(pod.sandbox_config.backend, root=pod.sandbox_config.root)
+    sandbox = make_sandbox(
+        pod.sandbox_config.backend,
+        root=pod.sandbox_config.root,
+        isolation=pod.sandbox_config.isolation,
+    )
     pod.sandboxes.add(sandbox)
     info = pod.open_attempt(
         episode_id,
