@@ -23,7 +23,21 @@ the previous turn went into:
     tool result or assistant message was edited);
 ``context_changed``
     the first difference lies inside the segment's first prompt (a new system prompt, a
-    subagent, compaction into a summary).
+    subagent, compaction into a summary);
+``fork``
+    the harness went back to an earlier point of the conversation: the prompt repeats an
+    earlier turn's prompt exactly (the same context sampled again), or branches off inside the
+    completion of a turn that is not the segment's latest (later turns dropped);
+``parallel_call``
+    the call started before the previous one had answered, so it could not continue it
+    (parallel tool calls or subagents of one harness);
+``sampling_changed``
+    the call was sampled at another temperature than the segment (one segment, one temperature
+    for the trainer).
+
+Turns whose answer never reached the harness (``delivered`` is False: the client had gone, for
+example an SDK timeout followed by a retry) are left out: the harness never saw them, so they
+are neither trained on nor compared against.
 
 A turn may extend *any* earlier segment, not only the latest one, and always picks the longest
 one that is a prefix. So a subagent whose calls interleave with its parent's produces two
@@ -41,7 +55,15 @@ from collections.abc import Iterable, Sequence
 
 from forge.types import Segment, Turn
 
-RESET_REASONS = ("prompt_truncated", "completion_rewritten", "history_rewritten", "context_changed")
+RESET_REASONS = (
+    "prompt_truncated",
+    "completion_rewritten",
+    "history_rewritten",
+    "context_changed",
+    "fork",
+    "parallel_call",
+    "sampling_changed",
+)
 
 
 class _Builder:
@@ -56,12 +78,19 @@ class _Builder:
             turn_indices=[],
             policy_versions=[],
             prompt_len=len(prompt),
+            temperature=turn.temperature,
         )
         self.last_completion_start = len(prompt)
+        self.turns: list[tuple[int, int]] = []  # (prompt end, completion end) of each turn
+        self.last_turn = turn
         self._add_completion(turn)
 
-    def is_prefix_of(self, prompt: Sequence[int]) -> bool:
-        tokens = self.segment.tokens
+    def continues_with(self, turn: Turn) -> bool:
+        """Whether ``turn`` extends this segment: same temperature, and its prompt starts with
+        every token of the segment."""
+        tokens, prompt = self.segment.tokens, turn.prompt_ids
+        if turn.temperature != self.segment.temperature:
+            return False
         return len(tokens) <= len(prompt) and list(prompt[: len(tokens)]) == tokens
 
     def extend(self, turn: Turn) -> None:
@@ -75,16 +104,31 @@ class _Builder:
 
     def _add_completion(self, turn: Turn) -> None:
         seg = self.segment
+        self.turns.append((len(seg.tokens), len(seg.tokens) + len(turn.completion_ids)))
+        self.last_turn = turn
         seg.tokens.extend(turn.completion_ids)
         seg.loss_mask.extend([1] * len(turn.completion_ids))
         seg.logprobs.extend(float(lp) for lp in turn.logprobs)
         seg.turn_indices.append(turn.index)
         seg.policy_versions.append(turn.policy_version)
 
-    def classify_break(self, prompt: Sequence[int]) -> str:
-        """Why ``prompt`` does not continue this segment (it must not be an extension of it)."""
-        tokens = self.segment.tokens
+    def classify_break(self, turn: Turn) -> str:
+        """Why ``turn`` does not continue this segment (it must not be an extension of it)."""
+        last = self.last_turn
+        if turn.started_at < last.started_at + last.latency_s:
+            return "parallel_call"
+        if turn.temperature != self.segment.temperature:
+            return "sampling_changed"
+        prompt, tokens = turn.prompt_ids, self.segment.tokens
         d = _common_prefix_len(tokens, prompt)
+        for i, (prompt_end, completion_end) in enumerate(self.turns):
+            if d == len(prompt) == prompt_end:  # the same context, sampled again
+                return "fork"
+            if i + 1 < len(self.turns) and d == completion_end < len(prompt):
+                # new text right after turn i's answer, without the next answer: a branch
+                nxt = self.turns[i + 1]
+                if not _contains(prompt[d:], tokens[nxt[0] : nxt[1]]):
+                    return "fork"
         if d == len(prompt) and len(prompt) < len(tokens):
             return "prompt_truncated"
         if d >= self.last_completion_start:
@@ -108,6 +152,15 @@ def _common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
     return lo
 
 
+def _contains(hay: Sequence[int], needle: Sequence[int]) -> bool:
+    """Whether ``needle`` occurs in ``hay`` as a contiguous run (an empty needle does not)."""
+    n = len(needle)
+    if n == 0:
+        return False
+    first, rest = needle[0], list(needle)
+    return any(x == first and list(hay[i : i + n]) == rest for i, x in enumerate(hay))
+
+
 def _check_turn(turn: Turn) -> None:
     if len(turn.logprobs) != len(turn.completion_ids):
         raise ValueError(
@@ -127,10 +180,12 @@ def assemble(turns: Iterable[Turn]) -> tuple[list[Segment], dict[str, int]]:
     resets: dict[str, int] = {}
     current: _Builder | None = None
     for turn in turns:
+        if not turn.delivered:
+            continue
         _check_turn(turn)
         best: _Builder | None = None
         for b in builders:
-            if b.is_prefix_of(turn.prompt_ids) and (
+            if b.continues_with(turn) and (
                 best is None or len(b.segment.tokens) > len(best.segment.tokens)
             ):
                 best = b
@@ -139,7 +194,7 @@ def assemble(turns: Iterable[Turn]) -> tuple[list[Segment], dict[str, int]]:
             current = best
             continue
         if current is not None:
-            reason = current.classify_break(turn.prompt_ids)
+            reason = current.classify_break(turn)
             resets[reason] = resets.get(reason, 0) + 1
         current = _Builder(turn)
         builders.append(current)

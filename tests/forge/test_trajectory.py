@@ -256,3 +256,63 @@ def test_always_extending_is_one_segment(steps: list[tuple[list[int], list[int]]
     assert resets == {}
     assert len(segments) == (1 if turns else 0)
     check_invariants(turns, segments, resets)
+
+
+def timed(t: Turn, started_at: float, latency_s: float = 1.0) -> Turn:
+    t.started_at, t.latency_s = started_at, latency_s
+    return t
+
+
+@pytest.mark.parametrize(
+    ("prompt", "reason"),
+    [
+        ([1, 2, 3], "fork"),  # the first context sampled again
+        ([1, 2, 3, 4, 5, 6, 7], "fork"),  # the last context sampled again
+        ([1, 2, 3, 4, 5, 66], "fork"),  # a branch after the first answer, second one dropped
+        ([1, 2, 3, 4, 5, 66, 7, 8, 9, 10], "history_rewritten"),  # the second answer is kept
+    ],
+)
+def test_forks(prompt: list[int], reason: str) -> None:
+    turns = [turn(0, [1, 2, 3], [4, 5]), turn(1, [1, 2, 3, 4, 5, 6, 7], [8, 9])]
+    turns = [timed(t, i * 10.0) for i, t in enumerate(turns)]
+    turns.append(timed(turn(2, prompt, [100]), 30.0))
+    _, resets = assemble(turns)
+    assert resets == {reason: 1}
+
+
+def test_parallel_calls_are_their_own_reason() -> None:
+    """Two calls in flight at once (parallel subagents): the second cannot continue the first."""
+    turns = [
+        timed(turn(0, [1, 2, 3], [4]), 0.0, latency_s=5.0),
+        timed(turn(1, [1, 2, 9], [8]), 1.0, latency_s=5.0),  # started before turn 0 answered
+        timed(turn(2, [1, 2, 3, 4, 6], [7]), 10.0),  # turn 0's context goes on: no reset
+    ]
+    segments, resets = assemble(turns)
+    assert resets == {"parallel_call": 1}
+    assert [s.turn_indices for s in segments] == [[0, 2], [1]]
+
+
+def test_temperature_change_starts_a_segment() -> None:
+    first = turn(0, [1, 2], [3])
+    second = turn(1, [1, 2, 3, 4], [5])
+    second.temperature = 0.7
+    segments, resets = assemble([first, second])
+    assert resets == {"sampling_changed": 1}
+    assert [s.temperature for s in segments] == [1.0, 0.7]
+
+
+def test_undelivered_turn_is_left_out() -> None:
+    """An SDK timeout: the answer never reached the harness, which asked again with the same
+    prompt. The lost answer is not trained on and does not break the segment."""
+    lost = turn(1, [1, 2, 3, 4, 5], [6, 6, 6])
+    lost.delivered = False
+    turns = [
+        turn(0, [1, 2, 3], [4]),
+        lost,
+        turn(2, [1, 2, 3, 4, 5], [7]),
+        turn(3, [1, 2, 3, 4, 5, 7, 8], [9]),
+    ]
+    [seg], resets = assemble(turns)
+    assert resets == {}
+    assert seg.turn_indices == [0, 2, 3]
+    assert 6 not in seg.tokens
