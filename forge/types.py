@@ -88,6 +88,7 @@ class Completion:
     tool_calls: list[ToolCall]
     finish_reason: str  # "stop" | "length" | "tool_calls"
     policy_version: int
+    invalid_tool_calls: int = 0  # tool-call blocks in the text that did not parse (kept as text)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -114,6 +115,7 @@ class Turn:
     temperature: float = 1.0  # what the engine sampled with (the trainer uses the same)
     sampling_overridden: dict[str, Any] = field(default_factory=dict)  # asked for, replaced
     delivered: bool = True  # False: the client had gone before the answer reached it
+    invalid_tool_calls: int = 0  # tool-call blocks in the text that did not parse
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
