@@ -2,7 +2,9 @@
 
 Requests that arrive together are left-padded into one batch and decoded step by step with the
 model's KV cache. Each row samples with its own temperature, top_p, seed and stop strings;
-logprobs are the model's raw log-softmax at the sampled token (what the trainer recomputes).
+logprobs are the log-softmax of the logits divided by the row's temperature (raw logits when
+greedy) at the sampled token: the distribution sampled from when top_p is 1, as the trainer
+recomputes it (top_p truncation is not reflected; training calls force top_p to 1).
 """
 
 from __future__ import annotations
@@ -88,7 +90,9 @@ class TorchEngine:
             )
             past = out.past_key_values
             logits = out.logits[:, -1, :].float()
-            logp = torch.log_softmax(logits, dim=-1)
+            temps = [r.sampling.temperature for r in requests]
+            scale = torch.tensor([t if t > 0 else 1.0 for t in temps], device=logits.device)
+            logp = torch.log_softmax(logits / scale[:, None], dim=-1)
             nxt = torch.full((n,), pad, dtype=torch.long)
             for i, r in enumerate(requests):
                 if done[i]:
