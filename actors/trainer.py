@@ -7,13 +7,22 @@ clipped surrogate averaged per episode (:mod:`forge.grpo`), accumulating gradien
 micro-batches (:mod:`forge.batching`) before one optimizer step.
 
 The old logprobs are the engine's sampling logprobs recorded in the segments (token in, token
-out). The model stays in eval mode (no dropout) so that, before the first update, recomputed
-logprobs equal the recorded ones up to kernel rounding (``logprob_abs_diff_*`` report the gap).
+out), or with ``rollout_correction: tis`` the trainer's own, computed before the update, with
+each token's loss weighted by the truncated ratio ``min(pi_trainer / pi_engine, tis_cap)``
+(:func:`forge.grpo.truncated_is_weights`). Log-probabilities are those of the tempered
+distribution each segment was sampled from (:mod:`forge.logprobs`). The model stays in eval mode
+(no dropout) so that, before the first update, recomputed logprobs equal the recorded ones up to
+kernel rounding (``logprob_abs_diff_*`` and ``logprob_kl`` report the gap).
+
+A step whose loss or gradient norm is not finite is skipped: no optimizer step, the weights and
+optimizer state stay as they were, the version does not change (so nothing is published), and
+``nonfinite_skipped`` counts it, with a warning in the log.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import time
@@ -25,13 +34,15 @@ from torch import Tensor
 
 from forge.batching import MicroBatch, build_rows, micro_batches
 from forge.config import TrainerConfig
-from forge.grpo import group_advantages, kl_penalty, policy_loss
+from forge.grpo import group_advantages, kl_penalty, policy_loss, truncated_is_weights
+from forge.logprobs import GapStats, token_logprobs
+from forge.rng import rng_state, set_rng_state
 from forge.types import Episode
 from serve.collective import Broadcaster, metas_of
 from serve.models import load_model
 
 _SUMMED = ("loss", "pg_loss", "kl")  # micro-batch shares that add up to the batch value
-_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+log = logging.getLogger(__name__)
 
 
 class Trainer:
@@ -64,6 +75,7 @@ class Trainer:
         self.version = 0
         self._broadcaster = Broadcaster()  # a collective WeightSync's rank 0
         self.step = 0
+        self.nonfinite_skipped = 0  # steps skipped for a non-finite loss or gradient norm
 
     # ---- training -------------------------------------------------------------------------
 
@@ -75,9 +87,14 @@ class Trainer:
         ``pg_loss``, ``kl`` (with a ref model), ``reward_mean/std``, ``advantage_*``,
         ``pass_rate``, ``staleness_max``, ``episodes``, ``groups``, ``tokens_sampled``,
         ``tokens_total``, ``micro_batches``, ``clip_frac``, ``clip_frac_dual``, ``approx_kl``,
-        ``ppo_kl``, ``ratio_mean/max``, ``entropy``, ``grad_norm`` (before clipping),
-        ``logprob_abs_diff_max/mean`` (recomputed vs recorded logprobs before the update),
-        ``step_time_s``, ``tokens_per_s``, ``version``, ``step``, ``updated``.
+        ``ppo_kl``, ``ratio_mean/max``, ``entropy`` (of the tempered distributions),
+        ``grad_norm`` (before clipping), ``step_time_s``, ``tokens_per_s``, ``version``,
+        ``step``, ``updated``; the
+        engine-vs-trainer gap before the update (:class:`forge.logprobs.GapStats`):
+        ``logprob_abs_diff_max/mean``, ``logprob_kl`` (k3), ``logprob_kl_k1``; with
+        ``rollout_correction: tis``, ``tis_weight_mean`` and ``tis_capped_frac``;
+        ``nonfinite_skipped`` (1 when this step was skipped for a non-finite loss or gradient
+        norm) and ``nonfinite_skipped_total``.
         """
         t0 = time.perf_counter()
         cfg = self.config
@@ -86,31 +103,53 @@ class Trainer:
         batches = micro_batches(rows, cfg.micro_batch_tokens, self.tokenizer.pad_token_id)
         totals: dict[str, Tensor] = {}
         grad_norms: list[Tensor] = []
-        diff_max = diff_sum = ratio_max = torch.zeros((), device=self.device)
+        gap = GapStats(self.device)
+        ratio_max = torch.zeros((), device=self.device)
+        trainer_old: list[Tensor] = []  # per micro-batch, before the update (tis only)
+        steps = skipped = 0
         for epoch in range(cfg.ppo_epochs if batches else 0):
             self.optimizer.zero_grad(set_to_none=True)
-            for mb_cpu in batches:
+            epoch_loss = torch.zeros((), device=self.device)
+            for i, mb_cpu in enumerate(batches):
                 mb = mb_cpu.to(self.device)
-                loss, m, new = self._micro_step(mb)
+                old = trainer_old[i] if epoch and trainer_old else None
+                loss, m, new = self._micro_step(mb, old)
                 loss.backward()
+                epoch_loss = epoch_loss + loss.detach()
                 ratio_max = torch.maximum(ratio_max, m.pop("ratio_max"))
                 for k, v in m.items():
                     w = 1.0 if k in _SUMMED or k == "tokens" else m["tokens"]
                     totals[k] = totals.get(k, 0.0) + v * w
                 if epoch == 0:
-                    gap = torch.where(mb.mask, (new.detach() - mb.old_logprobs).abs(), 0.0)
-                    diff_max = torch.maximum(diff_max, gap.max())
-                    diff_sum = diff_sum + gap.sum()
-            grad_norms.append(
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-            )
+                    gap.add(new, mb.old_logprobs, mb.mask)
+                    if cfg.rollout_correction == "tis":
+                        trainer_old.append(new.detach())
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+            grad_norms.append(norm)
+            if not bool(torch.isfinite(epoch_loss) & torch.isfinite(norm)):
+                skipped = 1
+                self.nonfinite_skipped += 1
+                log.warning(
+                    "trainer step %d (epoch %d): non-finite loss %s or gradient norm %s; step "
+                    "skipped, weights and optimizer state unchanged (%d skipped so far)",
+                    self.step + 1,
+                    epoch,
+                    float(epoch_loss),
+                    float(norm),
+                    self.nonfinite_skipped,
+                )
+                break
             self.optimizer.step()
+            steps += 1
         self.optimizer.zero_grad(set_to_none=True)
-        if batches:
+        if steps:
             self.step += 1
             self.version += 1
         totals["ratio_max"] = ratio_max
-        out = self._metrics(totals, grad_norms, diff_max, diff_sum, batches, stats)
+        out = self._metrics(totals, grad_norms, gap, batches, stats)
+        out["updated"] = 1.0 if steps else 0.0
+        out["nonfinite_skipped"] = float(skipped)
+        out["nonfinite_skipped_total"] = float(self.nonfinite_skipped)
         out["step_time_s"] = time.perf_counter() - t0
         out["tokens_per_s"] = out["tokens_total"] / max(out["step_time_s"], 1e-9)
         return out
@@ -163,17 +202,31 @@ class Trainer:
         }
         return episodes, advantages, stats
 
-    def _micro_step(self, mb: MicroBatch) -> tuple[Tensor, dict[str, Tensor], Tensor]:
+    def _micro_step(
+        self, mb: MicroBatch, trainer_old: Tensor | None
+    ) -> tuple[Tensor, dict[str, Tensor], Tensor]:
+        """Loss and metrics of one micro-batch, and its logprobs under the current weights.
+
+        With ``rollout_correction: tis`` the surrogate's old policy is the trainer's own
+        logprobs before the update: ``trainer_old`` from the first epoch, or in the first epoch
+        the detached logprobs of this very forward (the weights have not moved yet); each
+        token's loss is weighted by ``min(exp(trainer_old - engine), tis_cap)``.
+        """
         cfg = self.config
-        new, entropy = self._token_logprobs(self.model, mb, with_entropy=True)
+        new, entropy = token_logprobs(self.model, mb, with_entropy=True)
         kl = None
         if self.ref_model is not None:
             with torch.no_grad():
-                ref, _ = self._token_logprobs(self.ref_model, mb)
+                ref, _ = token_logprobs(self.ref_model, mb)
             kl = kl_penalty(new, ref, cfg.kl_kind)
+        old, is_weights, tis = mb.old_logprobs, None, {}
+        if cfg.rollout_correction == "tis":
+            old = new.detach() if trainer_old is None else trainer_old
+            is_weights, tis = truncated_is_weights(old, mb.old_logprobs, mb.mask, cfg.tis_cap)
+            tis.pop("tokens")
         loss, m = policy_loss(
             new,
-            mb.old_logprobs,
+            old,
             mb.advantages,
             mb.mask,
             mb.episode_index,
@@ -183,49 +236,23 @@ class Trainer:
             kl_coef=cfg.kl_coef,
             clip_ratio_c=cfg.clip_ratio_c,
             weights=mb.weights,
+            is_weights=is_weights,
         )
+        m.update(tis)
         m["loss"] = loss.detach()
         if entropy is not None:
             m["entropy"] = entropy
         return loss, m, new
 
-    def _token_logprobs(
-        self, model: Any, mb: MicroBatch, with_entropy: bool = False
-    ) -> tuple[Tensor, Tensor | None]:
-        """Logprobs ``[B, T]`` of the targets at sampled positions (0 elsewhere), in float32.
-
-        Logits are computed only where the loss needs them (the output head applied to the
-        selected hidden states), unless the model transforms its logits after the head (soft
-        capping, scaling), in which case the full forward is used.
-        """
-        sel = mb.mask
-        head = model.get_output_embeddings()
-        if head is not None and not any(getattr(model.config, k, None) for k in _LOGIT_TRANSFORMS):
-            hidden = model.get_decoder()(input_ids=mb.input_ids, use_cache=False).last_hidden_state
-            logits = head(hidden[sel]).float()
-        else:
-            logits = model(input_ids=mb.input_ids, use_cache=False).logits[sel].float()
-        lse = torch.logsumexp(logits, dim=-1)
-        picked = logits.gather(-1, mb.targets[sel].unsqueeze(-1)).squeeze(-1) - lse
-        out = torch.zeros(sel.shape, dtype=picked.dtype, device=picked.device)
-        out = out.masked_scatter(sel, picked)
-        entropy = None
-        if with_entropy:
-            with torch.no_grad():
-                probs = torch.softmax(logits, dim=-1)
-                entropy = (lse - (probs * logits).sum(-1)).mean() if picked.numel() else lse.sum()
-        return out, entropy
-
     def _metrics(
         self,
         totals: dict[str, Any],
         grad_norms: list[Tensor],
-        diff_max: Tensor,
-        diff_sum: Tensor,
+        gap: GapStats,
         batches: list[MicroBatch],
         stats: dict[str, float],
     ) -> dict[str, float]:
-        epochs = self.config.ppo_epochs if batches else 1
+        epochs = max(len(grad_norms), 1)  # epochs run (a non-finite one ends the step)
         tokens = float(totals.get("tokens", 0.0)) or 1.0
         out: dict[str, float] = dict(stats)
         for k, v in totals.items():
@@ -240,9 +267,7 @@ class Trainer:
         out["tokens_total"] = float(sum(b.tokens for b in batches))
         out["micro_batches"] = float(len(batches))
         out["grad_norm"] = float(torch.stack(grad_norms).mean()) if grad_norms else 0.0
-        out["logprob_abs_diff_max"] = float(diff_max)
-        out["logprob_abs_diff_mean"] = float(diff_sum) / max(sampled, 1)
-        out["updated"] = 1.0 if batches else 0.0
+        out.update(gap.metrics())
         out["version"] = float(self.version)
         out["step"] = float(self.step)
         return out
@@ -255,7 +280,7 @@ class Trainer:
         pad = self.tokenizer.pad_token_id
         for mb in micro_batches(rows, self.config.micro_batch_tokens, pad):
             mb = mb.to(self.device)
-            lp, _ = self._token_logprobs(self.model, mb)
+            lp, _ = token_logprobs(self.model, mb)
             for r, ep in enumerate(mb.episode_index.tolist()):
                 sums[ep] += float(lp[r].sum())
         return sums
@@ -285,7 +310,7 @@ class Trainer:
         return self.version
 
     def save_checkpoint(self, path: str | os.PathLike[str]) -> str:
-        """Write a Hugging Face checkpoint plus optimizer and trainer state, atomically."""
+        """Write a Hugging Face checkpoint plus optimizer, trainer and RNG state, atomically."""
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
@@ -293,11 +318,13 @@ class Trainer:
         self.model.save_pretrained(tmp)
         self.tokenizer.save_pretrained(tmp)
         torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save(rng_state(), tmp / "rng_state.pt")
         state = {
             "step": self.step,
             "version": self.version,
             "model": self.model_name,
             "seed": self.seed,
+            "nonfinite_skipped": self.nonfinite_skipped,
             "config": self.config.model_dump(mode="json"),
         }
         (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2))
@@ -309,7 +336,8 @@ class Trainer:
         return str(target)
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
-        """Restore model weights, optimizer state, step and version from ``path``."""
+        """Restore model weights, optimizer state, step, version and the RNG states (torch CPU
+        and CUDA, Python's ``random``, NumPy's) from ``path``."""
         path = Path(path)
         loaded, _ = load_model(str(path))
         self.model.load_state_dict(loaded.state_dict())
@@ -317,3 +345,6 @@ class Trainer:
         self.optimizer.load_state_dict(opt)
         state = json.loads((path / "trainer_state.json").read_text())
         self.step, self.version = int(state["step"]), int(state["version"])
+        self.nonfinite_skipped = int(state.get("nonfinite_skipped", 0))
+        if (path / "rng_state.pt").exists():  # checkpoints written before it lack one
+            set_rng_state(torch.load(path / "rng_state.pt", weights_only=True))

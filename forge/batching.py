@@ -10,6 +10,11 @@ Every row carries its episode's advantage and the per-token loss weight ``1 / (E
 :func:`forge.grpo.episode_token_weights`), computed here once over the *whole* batch, so any
 split of the rows into micro-batches accumulates exactly the full-batch gradient.
 
+Every row also carries its segment's sampling temperature: the trainer divides the logits by it
+before the log-softmax, so its log-probabilities are those of the distribution the engine sampled
+from. A segment sampled greedily (temperature 0, as evaluation does) has no such distribution and
+is refused with a ``ValueError``: greedy episodes are for evaluation, not for training.
+
 Micro-batches are bounded by padded size (rows x longest row <= ``micro_batch_tokens``): rows
 are sorted longest first and packed greedily, which keeps padding small; a row longer than the
 bound forms a micro-batch of its own.
@@ -36,6 +41,7 @@ class Row:
     advantage: float
     episode: int  # index into the batch's episodes
     weight: float  # loss weight of each sampled token: 1 / (E * T_e)
+    temperature: float = 1.0  # the segment's sampling temperature (> 0)
 
     @property
     def length(self) -> int:
@@ -57,6 +63,7 @@ class MicroBatch:
     advantages: Tensor  # float32, the row's episode advantage on every position
     weights: Tensor  # float32, per-token loss weights (0 off the mask)
     episode_index: Tensor  # [B] long
+    temperature: Tensor  # [B] float32, each row's sampling temperature
     tokens: int  # real (unpadded) tokens in the rows
     sampled: int  # tokens with mask 1
 
@@ -68,6 +75,7 @@ class MicroBatch:
         return MicroBatch(
             **move,
             episode_index=self.episode_index.to(device),
+            temperature=self.temperature.to(device),
             tokens=self.tokens,
             sampled=self.sampled,
         )
@@ -77,11 +85,12 @@ def build_rows(episodes: Sequence[Episode], advantages: Sequence[float]) -> list
     """One row per segment that has a sampled token, with its episode's advantage and weight.
 
     Episodes with no sampled token at all are left out (they cannot carry a gradient) and do not
-    count in ``E``. Raises ``ValueError`` on a segment whose fields disagree in length.
+    count in ``E``. Raises ``ValueError`` on a segment whose fields disagree in length, and on a
+    trainable segment sampled at temperature <= 0 (greedy: no distribution to train).
     """
     if len(episodes) != len(advantages):
         raise ValueError(f"{len(episodes)} episodes but {len(advantages)} advantages")
-    staged: list[tuple[int, list[tuple[Tensor, Tensor, Tensor]]]] = []
+    staged: list[tuple[int, list[tuple[Tensor, Tensor, Tensor, float]]]] = []
     for ep_i, ep in enumerate(episodes):
         parts = []
         for seg in ep.segments:
@@ -96,18 +105,23 @@ def build_rows(episodes: Sequence[Episode], advantages: Sequence[float]) -> list
             mask = torch.tensor(seg.loss_mask[1:], dtype=torch.bool)
             if not bool(mask.any()):
                 continue
+            if not seg.temperature > 0:
+                raise ValueError(
+                    f"episode {ep.episode_id}: a segment sampled at temperature "
+                    f"{seg.temperature} (greedy) cannot be trained; sample with temperature > 0"
+                )
             tokens = torch.tensor(seg.tokens, dtype=torch.long)
             old = torch.tensor(seg.logprobs[1:], dtype=torch.float32)
-            parts.append((tokens, mask, torch.where(mask, old, 0.0)))
+            parts.append((tokens, mask, torch.where(mask, old, 0.0), float(seg.temperature)))
         if parts:
             staged.append((ep_i, parts))
     n_eps = len(staged)
     rows: list[Row] = []
     for ep_i, parts in staged:
-        t_e = sum(int(m.sum()) for _, m, _ in parts)
+        t_e = sum(int(p[1].sum()) for p in parts)
         weight = 1.0 / (n_eps * t_e)
-        for tokens, mask, old in parts:
-            rows.append(Row(tokens, mask, old, float(advantages[ep_i]), ep_i, weight))
+        for tokens, mask, old, temp in parts:
+            rows.append(Row(tokens, mask, old, float(advantages[ep_i]), ep_i, weight, temp))
     return rows
 
 
@@ -149,6 +163,7 @@ def collate(rows: Sequence[Row], pad_id: int) -> MicroBatch:
         advantages=adv,
         weights=weights,
         episode_index=torch.tensor([r.episode for r in rows], dtype=torch.long),
+        temperature=torch.tensor([r.temperature for r in rows], dtype=torch.float32),
         tokens=sum(r.length for r in rows),
         sampled=sum(r.sampled for r in rows),
     )

@@ -105,6 +105,7 @@ def policy_loss(
     *,
     clip_ratio_c: float | None = 3.0,
     weights: Tensor | None = None,
+    is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO clipped surrogate on sampled tokens, averaged per episode, plus ``kl_coef * kl``.
 
@@ -116,7 +117,9 @@ def policy_loss(
     ``advantages`` is ``[rows, T]`` or ``[rows]`` (one value per row). ``kl`` is a per-token
     penalty (see :func:`kl_penalty`), aggregated with the same per-episode weights. ``weights``
     (default: :func:`episode_token_weights` of this batch) lets a micro-batch use weights computed
-    over the whole batch so accumulated gradients are exact.
+    over the whole batch so accumulated gradients are exact. ``is_weights`` (detached, per token;
+    see :func:`truncated_is_weights`) multiply each token's surrogate, as rollout correction does;
+    the KL term is not reweighted.
 
     Returns the scalar loss and detached metrics. ``pg_loss`` and ``kl`` (when given) are weighted
     sums like the loss, so micro-batch values add up to the batch's. The others are means over
@@ -145,6 +148,8 @@ def policy_loss(
         cap = -adv * clip_ratio_c
         dual = (adv < 0) & (pg > cap)
         pg = torch.where(dual, cap, pg)
+    if is_weights is not None:
+        pg = pg * is_weights.detach().to(pg.dtype)
     pg = torch.where(maskb, pg, zero)
     pg_loss = (pg * weights).sum()
     loss = pg_loss
@@ -175,3 +180,35 @@ def policy_loss(
         if kl_mean is not None:
             metrics["kl"] = kl_mean.detach()
     return loss, metrics
+
+
+def truncated_is_weights(
+    trainer_logprobs: Tensor, engine_logprobs: Tensor, mask: Tensor, cap: float
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Token-level truncated importance sampling weights ``min(pi_trainer / pi_engine, cap)``.
+
+    The rollout correction of veRL's ``rollout_corr`` (token-level TIS, Yao et al. 2025): the
+    engine sampled from ``pi_engine`` (its own numerics: another kernel, bf16), the trainer's
+    surrogate is built on ``pi_trainer`` (the trainer's log-probabilities of the same tokens
+    before the update), and each token's loss is weighted by their ratio, truncated above at
+    ``cap`` to bound the variance. Weights are detached and 0 off the mask; the log ratio is
+    clamped to ``±LOG_RATIO_CLAMP`` before ``exp``. Metrics (means over sampled tokens):
+    ``tis_weight_mean`` (after truncation) and ``tis_capped_frac`` (tokens whose ratio exceeded
+    ``cap``); ``tokens`` counts them.
+    """
+    if not cap > 0:
+        raise ValueError(f"tis cap must be positive (got {cap})")
+    maskb = mask.bool()
+    with torch.no_grad():
+        log_ratio = (trainer_logprobs.detach() - engine_logprobs).float()
+        log_ratio = torch.where(maskb, log_ratio, 0.0).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        ratio = log_ratio.exp()
+        capped = maskb & (ratio > cap)
+        weights = torch.where(maskb, ratio.clamp(max=cap), 0.0)
+        denom = maskb.sum().clamp(min=1).float()
+        metrics = {
+            "tis_weight_mean": weights.sum() / denom,
+            "tis_capped_frac": capped.float().sum() / denom,
+            "tokens": maskb.sum().float(),
+        }
+    return weights, metrics

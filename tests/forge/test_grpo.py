@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
 from forge.batching import build_rows, collate, micro_batches, plan_micro_batches
-from forge.grpo import episode_token_weights, group_advantages, kl_penalty, policy_loss
+from forge.grpo import (
+    episode_token_weights,
+    group_advantages,
+    kl_penalty,
+    policy_loss,
+    truncated_is_weights,
+)
 from forge.types import Episode, Segment
 
 
@@ -239,3 +246,47 @@ def test_micro_batch_plan_respects_token_bound() -> None:
         [_episode(i, [_segment(n, [-0.1])]) for i in range(4) for n in (5,)], [1.0] * 4
     )
     assert len(micro_batches(rows, 10, 0)) == 2
+
+
+def test_rows_carry_the_sampling_temperature_and_greedy_is_refused() -> None:
+    hot = replace(_segment(2, [-0.1, -0.2]), temperature=0.7)
+    rows = build_rows([_episode(0, [hot, _segment(3, [-0.3])])], [1.0])
+    assert [r.temperature for r in rows] == [0.7, 1.0]
+    mb = collate(rows, pad_id=0)
+    assert mb.temperature.tolist() == pytest.approx([0.7, 1.0])
+    assert mb.to("cpu").temperature.tolist() == pytest.approx([0.7, 1.0])
+    greedy = replace(_segment(2, [-0.1]), temperature=0.0)
+    with pytest.raises(ValueError, match="cannot be trained"):
+        build_rows([_episode(3, [greedy])], [1.0])
+    # a greedy segment with nothing sampled is left out before the check
+    assert build_rows([_episode(4, [replace(_segment(2, []), temperature=0.0)])], [1.0]) == []
+
+
+def test_truncated_is_weights_hand_computed() -> None:
+    trainer = torch.tensor([[-1.0, -1.0, -1.0, 5.0]])
+    engine = torch.tensor([[-1.5, -1.0, -3.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1, 0]]).bool()
+    w, m = truncated_is_weights(trainer, engine, mask, cap=2.0)
+    # ratios e^0.5 = 1.65, 1, e^2 = 7.39 -> capped at 2; the masked position gets 0
+    assert w[0].tolist() == pytest.approx([math.exp(0.5), 1.0, 2.0, 0.0])
+    assert m["tis_weight_mean"].item() == pytest.approx((math.exp(0.5) + 3.0) / 3)
+    assert m["tis_capped_frac"].item() == pytest.approx(1 / 3)
+    assert m["tokens"].item() == 3
+    with pytest.raises(ValueError):
+        truncated_is_weights(trainer, engine, mask, cap=0.0)
+
+
+def test_policy_loss_is_weights_scale_each_tokens_surrogate() -> None:
+    new = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    old = new.detach().clone()
+    args = (torch.tensor([1.0]), torch.ones(1, 2), torch.tensor([0]))
+    plain, _ = policy_loss(new, old, *args)
+    plain.backward()
+    g_plain = new.grad.clone()
+    new.grad = None
+    weighted, m = policy_loss(new, old, *args, is_weights=torch.tensor([[2.0, 0.5]]))
+    weighted.backward()
+    # at ratio 1 each token's loss is -A/2: weights 2 and 0.5 give -(2 + 0.5)/2
+    assert plain.item() == pytest.approx(-1.0) and weighted.item() == pytest.approx(-1.25)
+    assert torch.allclose(new.grad, g_plain * torch.tensor([[2.0, 0.5]]))
+    assert m["ratio_mean"].item() == pytest.approx(1.0)
