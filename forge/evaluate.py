@@ -29,6 +29,7 @@ from forge.config import RunConfig
 from forge.fidelity import wire_fidelity
 from forge.harnesses import HARNESSES, require
 from forge.harnesses.install import HarnessNotInstalled
+from forge.sandboxes import IsolationUnavailable, check_isolation
 from forge.types import Episode
 
 PROGRESS_EVERY_S = 15.0
@@ -114,6 +115,7 @@ def evaluate(config: RunConfig, harnesses: list[str], k: int, out: Path) -> dict
         except ValidationError as e:
             raise ValueError(f"--harness {name}: {e.errors()[0]['msg']}") from None
         require(name, runs[name].harness_options)  # stops before anything starts
+    check_isolation(config.sandbox)  # so does a host that cannot isolate sandboxes
     tasks = [t.model_dump() for t in load_suite(config.tasks)]
     if config.task_ids:
         tasks = [t for t in tasks if t["id"] in set(config.task_ids)]
@@ -163,7 +165,7 @@ def main(config: RunConfig, harnesses: list[str], k: int, out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     try:
         results = evaluate(config, harnesses, k, out)
-    except (ValueError, HarnessNotInstalled) as e:
+    except (ValueError, HarnessNotInstalled, IsolationUnavailable) as e:
         print(f"forge eval: {e}", file=sys.stderr)
         return 2
     report = {"tasks": config.tasks, "model": config.policy.engine.model, "harnesses": results}

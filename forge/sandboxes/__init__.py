@@ -1,12 +1,17 @@
-"""Sandbox backends by name: ``make_sandbox("local", root=..., isolation=...)``."""
+"""Sandbox backends by name: ``make_sandbox("local", root=..., isolation=...)``, and the check a
+run makes at its start that its sandboxes can be isolated (DESIGN.md decision 8)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from forge.config import SandboxConfig
 from forge.sandboxes.base import ExecResult, Sandbox, SandboxSpec
-from forge.sandboxes.local import LocalSandbox
+from forge.sandboxes.bwrap import IsolationUnavailable, require_bwrap
+from forge.sandboxes.local import UNISOLATED_WARNING, LocalSandbox
 
+log = logging.getLogger(__name__)
 SANDBOXES: dict[str, type] = {"local": LocalSandbox}
 
 
@@ -20,4 +25,25 @@ def make_sandbox(backend: str, **options: Any) -> Sandbox:
     return cls(**options)
 
 
-__all__ = ["SANDBOXES", "ExecResult", "LocalSandbox", "Sandbox", "SandboxSpec", "make_sandbox"]
+def check_isolation(config: SandboxConfig) -> None:
+    """Stop a run at its start when its sandboxes cannot be isolated as ``config`` asks:
+    raises :class:`IsolationUnavailable` saying why and how to fix it (install bubblewrap, or
+    set ``sandbox.isolation=none``). With ``isolation: none`` it logs a warning that harnesses
+    will share the host's network and files."""
+    if config.isolation == "none":
+        log.warning(UNISOLATED_WARNING)
+        return
+    if config.backend == "local":
+        require_bwrap()
+
+
+__all__ = [
+    "SANDBOXES",
+    "ExecResult",
+    "IsolationUnavailable",
+    "LocalSandbox",
+    "Sandbox",
+    "SandboxSpec",
+    "check_isolation",
+    "make_sandbox",
+]

@@ -1,4 +1,4 @@
-"""LocalSandbox: a host directory run under bubblewrap, or a plain process group without it.
+"""LocalSandbox: a host directory run under bubblewrap, or a plain process group when asked.
 
 Layout on the host, one directory per sandbox under ``root``::
 
@@ -6,14 +6,18 @@ Layout on the host, one directory per sandbox under ``root``::
         .forge-labels.json   labels, creator pid (and its start time), host, deadline
         workspace/           /workspace inside the sandbox
         home/                /home/agent inside (kept between execs of one sandbox)
+        etc/                 synthesised passwd, group, hosts ... bound into /etc (isolated)
         proxy.sock           host-side relay to a TCP proxy, when one is needed
 
-Under bwrap every exec gets private user, pid, net, ipc and uts namespaces; it sees the system
-directories and the real Python read-only, its own workspace and home read-write, a private
-/tmp, and a network with only loopback. Its one way out is the attempt's proxy: the host Unix
-socket ``spec.proxy_socket`` is bound at ``/run/forge/proxy.sock`` and the command runs under
-``bridge.py``, which serves it on ``127.0.0.1:{spec.proxy_port}``. Without bwrap the command runs
-as a plain process group in the host workspace and shares the host network (both logged).
+With ``isolation="required"`` (the default) every exec runs under bwrap with private user, pid,
+net, ipc and uts namespaces; it sees the system directories and the real Python read-only, of
+the host's /etc only an allowlist (``bwrap.ETC_ALLOW``), its own workspace and home read-write,
+a private /tmp, and a network with only loopback. Its one way out is the attempt's proxy: the
+host Unix socket ``spec.proxy_socket`` is bound at ``/run/forge/proxy.sock``; the command runs under
+``bridge.py``, which serves it on ``127.0.0.1:{spec.proxy_port}``. When bwrap cannot work here,
+constructing the sandbox raises :class:`IsolationUnavailable` saying how to install it. Only
+``isolation="none"`` runs the command as a plain process group in the host workspace, sharing
+the host's network and files (with a warning).
 """
 
 from __future__ import annotations
@@ -39,10 +43,12 @@ from forge.sandboxes.base import ExecResult, SandboxSpec
 from forge.sandboxes.bwrap import (
     HOME,
     WORKSPACE,
+    IsolationUnavailable,
     bwrap_argv,
-    bwrap_works,
     host_python,
+    require_bwrap,
     sandbox_path_var,
+    write_etc,
 )
 from forge.sandboxes.orphans import (
     LABELS_FILE,
@@ -60,7 +66,13 @@ PROXY_SOCKET = "/run/forge/proxy.sock"  # the proxy socket as the sandbox sees i
 BRIDGE = "/opt/forge/bridge.py"  # the bridge program as the sandbox sees it
 _BRIDGE_HOST = str(Path(bridge.__file__).resolve())
 _warned: set[str] = set()
-__all__ = ["LocalSandbox", "SandboxExpired", "reap_orphans"]
+ISOLATION = ("required", "none")
+UNISOLATED_WARNING = (
+    "sandbox.isolation=none: harnesses run unisolated, as plain host processes that share "
+    "this host's network (any port: the Ray dashboard, GCS, other attempts' proxies) and can "
+    "read whatever this user can"
+)
+__all__ = ["IsolationUnavailable", "LocalSandbox", "SandboxExpired", "reap_orphans"]
 
 
 def _warn_once(key: str, msg: str) -> None:
@@ -100,27 +112,26 @@ def _cleanup(state: _State) -> None:
 class LocalSandbox:
     """The Sandbox protocol on this machine; see the module docstring.
 
-    ``isolation``: ``"auto"`` uses bwrap when its probe passes, ``"bwrap"`` requires it,
-    ``"none"`` never uses it.
+    ``isolation``: ``"required"`` runs every exec under bwrap and raises
+    :class:`IsolationUnavailable` at once (saying how to install it) when bwrap cannot work
+    here; ``"none"`` never uses it: the commands share the host's network and files.
     """
 
     def __init__(
         self,
         root: str | Path | None = None,
-        isolation: Literal["auto", "bwrap", "none"] = "auto",
+        isolation: Literal["required", "none"] = "required",
         output_cap: int = DEFAULT_OUTPUT_CAP,
         kill_grace_s: float = 2.0,
     ) -> None:
+        if isolation not in ISOLATION:
+            raise ValueError(f"isolation must be one of {ISOLATION}, not {isolation!r}")
         self.root = Path(root) if root is not None else default_root()
-        if isolation == "none":
-            self.isolated = False
-        elif bwrap_works():
-            self.isolated = True
-        elif isolation == "bwrap":
-            raise RuntimeError("bubblewrap (bwrap) is required but missing or failed its probe")
+        if isolation == "required":
+            require_bwrap()
         else:
-            self.isolated = False
-            _warn_once("bwrap", "bubblewrap not available: running harness without isolation")
+            _warn_once("unisolated", UNISOLATED_WARNING)
+        self.isolated = isolation == "required"
         self.output_cap = output_cap
         self.kill_grace_s = kill_grace_s
         self.spec = SandboxSpec()
@@ -188,6 +199,8 @@ class LocalSandbox:
         tmp.replace(d / LABELS_FILE)
         for sub in ("workspace", "home") if self.isolated else ("workspace", "home", "tmp"):
             (d / sub).mkdir()
+        if self.isolated:
+            write_etc(str(d / "etc"))
         self._setup_proxy(spec, d)
 
     def _setup_proxy(self, spec: SandboxSpec, d: Path) -> None:
@@ -214,10 +227,6 @@ class LocalSandbox:
             relay = bridge.Relay(listener, bridge.connect_unix(spec.proxy_socket))
             self._state.relays.append(relay)
             self._proxy_addr = relay.address
-        if self._proxy_addr:
-            _warn_once(
-                "hostnet", "sandbox shares the host network: harness can reach any host port"
-            )
 
     def proxy_host_port(self) -> str:
         self._require()
@@ -271,6 +280,7 @@ class LocalSandbox:
                 home=str(d / "home"),
                 ro_mounts=ro_mounts,
                 binds=binds,
+                etc=str(d / "etc"),
             )
             argv += cmd
             cwd = str(d)

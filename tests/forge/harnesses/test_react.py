@@ -19,7 +19,7 @@ needs_bwrap = pytest.mark.skipif(
     not bwrap_works(), reason="bubblewrap missing or cannot create namespaces here"
 )
 # (isolation, how the proxy is served)
-SETUPS = [pytest.param("bwrap", "unix", marks=needs_bwrap), ("none", "tcp"), ("none", "unix")]
+SETUPS = [pytest.param("required", "unix", marks=needs_bwrap), ("none", "tcp"), ("none", "unix")]
 PREFIX = "/episodes/e1/attempts/0/v1"
 
 

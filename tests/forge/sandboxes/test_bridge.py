@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import signal
 import socket
 import subprocess
@@ -13,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from forge.sandboxes import bridge, local
-from forge.sandboxes.local import LocalSandbox
+from forge.sandboxes import bridge
 from tests.forge.httpstub import StubServer
 
 BRIDGE = str(Path(bridge.__file__).resolve())
@@ -73,14 +71,3 @@ def test_bridge_usage_and_missing_command(unix_stub: StubServer) -> None:
     argv = [sys.executable, BRIDGE, f"127.0.0.1:{_free_port()}", unix_stub.address, "--"]
     done = subprocess.run([*argv, "/no/such/program"], capture_output=True)
     assert done.returncode == 127 and b"cannot run" in done.stderr
-
-
-def test_fallback_is_logged_and_bwrap_can_be_required(monkeypatch, caplog, tmp_path) -> None:
-    monkeypatch.setattr(local, "bwrap_works", lambda: False)
-    monkeypatch.setattr(local, "_warned", set())
-    with caplog.at_level(logging.WARNING, logger="forge.sandboxes.local"):
-        sb = LocalSandbox(root=tmp_path)
-    assert not sb.isolated
-    assert "bubblewrap not available: running harness without isolation" in caplog.text
-    with pytest.raises(RuntimeError, match="required"):
-        LocalSandbox(root=tmp_path, isolation="bwrap")

@@ -25,7 +25,7 @@ from tests.forge.httpstub import StubServer
 needs_bwrap = pytest.mark.skipif(
     not bwrap_works(), reason="bubblewrap missing or cannot create namespaces here"
 )
-MODES = [pytest.param("bwrap", marks=needs_bwrap), "none"]
+MODES = [pytest.param("required", marks=needs_bwrap), "none"]
 REPO = str(Path(__file__).resolve().parents[3])
 
 
@@ -38,7 +38,7 @@ def root(tmp_path: Path) -> Path:
 def make(root: Path) -> Iterator:
     made: list[LocalSandbox] = []
 
-    def _make(isolation: str = "bwrap", **spec_kw: object) -> LocalSandbox:
+    def _make(isolation: str = "required", **spec_kw: object) -> LocalSandbox:
         kw = {k: spec_kw.pop(k) for k in ("output_cap", "kill_grace_s") if k in spec_kw}
         sb = LocalSandbox(root=root, isolation=isolation, **kw)  # type: ignore[arg-type]
         spec_kw.setdefault("labels", {"run": "r1", "pod": "p0", "attempt": str(len(made))})
@@ -75,9 +75,9 @@ def test_layout_labels_and_fixed_env(make, mode: str) -> None:
     assert r.exit_code == 0, r.stderr
     cwd, env_line = r.stdout.splitlines()
     assert cwd == sb.workspace
-    home = "/home/agent" if mode == "bwrap" else str(sb.host_home)
+    home = "/home/agent" if mode == "required" else str(sb.host_home)
     assert env_line == f"{home}|UTC|C.UTF-8|bar|q"
-    if mode == "bwrap":
+    if mode == "required":
         assert sb.workspace == "/workspace" and sb.path_map() == {}
     else:
         assert sb.workspace == str(sb.host_workspace)
@@ -259,7 +259,7 @@ def test_reap_orphans_after_creator_is_killed(root: Path) -> None:
 import os, signal
 from forge.sandboxes.local import LocalSandbox
 from forge.sandboxes.base import SandboxSpec
-sb = LocalSandbox(root={str(root)!r})
+sb = LocalSandbox(root={str(root)!r}, isolation="none")
 sb.create(SandboxSpec(labels={{"run": "killed"}}))
 print(sb.dir, flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
