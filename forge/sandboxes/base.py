@@ -15,6 +15,10 @@ class ExecResult:
     duration_s: float = 0.0
 
 
+class ArchiveTooLarge(ValueError):
+    """A directory holds more than an archive may carry (bytes of files or entries)."""
+
+
 @dataclass
 class SandboxSpec:
     """What an attempt's sandbox needs.
@@ -52,7 +56,24 @@ class Sandbox(Protocol):
 
     def get_file(self, path: str) -> bytes | None: ...
 
-    def destroy(self) -> None: ...
+    def get_archive(self, path: str, max_bytes: int = 64 << 20) -> bytes:
+        """An uncompressed tar of the contents of directory ``path``, names relative to it.
+
+        Directories, regular files and symlinks only; a symlink stays a symlink and is never
+        followed on the host; hard links become copies; no owners, no setuid bits. Raises
+        :class:`ArchiveTooLarge` past ``max_bytes`` of file data (checked before reading).
+        """
+        ...
+
+    def put_archive(self, path: str, data: bytes) -> None:
+        """Extract tar ``data`` into directory ``path`` (created if missing): only directories,
+        regular files and symlinks, never through a symlink; ValueError for a member whose
+        name leaves ``path``."""
+        ...
+
+    def destroy(self) -> None:
+        """Kill every process of the sandbox and delete it; calling it again does nothing."""
+        ...
 
     def proxy_host_port(self) -> str:
         """``host:port`` at which commands in the sandbox reach the attempt's proxy."""

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from forge.sandboxes import bridge
+from forge.sandboxes import archive, bridge
 from forge.sandboxes.base import ExecResult, SandboxSpec
 from forge.sandboxes.bwrap import (
     HOME,
@@ -358,7 +358,8 @@ class LocalSandbox:
         """The file's bytes, or None when it does not exist or is not a regular file."""
         host = self.resolve(path)
         try:
-            fd = os.open(host, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            # O_NONBLOCK: a FIFO opens at once (and is refused below) instead of blocking
+            fd = os.open(host, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as e:
@@ -368,3 +369,17 @@ class LocalSandbox:
             return None
         with os.fdopen(fd, "rb") as f:
             return f.read()
+
+    # -- archives -------------------------------------------------------------------------
+
+    def get_archive(self, path: str, max_bytes: int = archive.DEFAULT_MAX_BYTES) -> bytes:
+        """A tar of directory ``path`` (see :mod:`forge.sandboxes.archive`: no link is
+        followed on the host; FIFOs and devices are left out)."""
+        host = self.resolve(path)
+        if not host.is_dir() or host.is_symlink():
+            raise NotADirectoryError(f"path {path!r} is not a directory in the sandbox")
+        return archive.pack_dir(host, max_bytes=max_bytes)
+
+    def put_archive(self, path: str, data: bytes) -> None:
+        """Extract tar ``data`` into directory ``path`` (created if missing)."""
+        archive.unpack_into(self.resolve(path), data)
