@@ -31,6 +31,7 @@ from starlette.requests import Request
 from forge.config import ProxyConfig, SandboxConfig
 from forge.episode import run_attempt
 from forge.types import ChatRequest, Completion, Episode, Turn
+from serve.engines.base import ContextLengthError
 from serve.http_app import build_app, protocol_routes, request_api_key
 from serve.live import LiveCompletion, stream_policy
 from serve.protocol.common import ProtocolError, WireOptions
@@ -51,6 +52,44 @@ class AttemptState:
     turns: list[Turn] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     rejected: dict[str, int] = field(default_factory=dict)
+    streams: list[tuple[Turn, LiveCompletion]] = field(default_factory=list)
+
+    def reject(self, reason: str) -> None:
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+
+    def settle_deliveries(self) -> None:
+        """A streamed turn was delivered when its client read the whole answer."""
+        for turn, live in self.streams:
+            turn.delivered = turn.delivered and live.completion is not None
+        self.streams.clear()
+
+
+@dataclass
+class Call:
+    """One authorised request: its attempt and the HTTP request (to see if the client left)."""
+
+    state: AttemptState
+    request: Request
+
+
+def override_sampling(chat: ChatRequest, raw_body: dict[str, Any], temperature: float | None):
+    """Put the run's sampling settings in place of the harness's; returns what was replaced.
+
+    The trainer recomputes log-probabilities from the full softmax at the sampling temperature,
+    so truncation (top_p, top_k) would bias its gradient: both are turned off here, and the run's
+    temperature (when it has one) replaces the harness's. The Turn keeps what the harness asked.
+    """
+    replaced: dict[str, Any] = {}
+    if temperature is not None and chat.sampling.temperature != temperature:
+        replaced["temperature"] = chat.sampling.temperature
+        chat.sampling.temperature = temperature
+    if chat.sampling.top_p != 1.0:
+        replaced["top_p"] = chat.sampling.top_p
+        chat.sampling.top_p = 1.0
+    top_k = raw_body.get("top_k")
+    if top_k not in (None, 0, -1):
+        replaced["top_k"] = top_k
+    return replaced
 
 
 class HarnessPod:
@@ -154,6 +193,7 @@ class HarnessPod:
         """End an attempt: later calls with its URL get 410. Returns what was recorded."""
         ident = (episode_id, attempt)
         state = self._attempts.pop(ident)
+        state.settle_deliveries()
         self._ended[ident] = None
         while len(self._ended) > ENDED_MEMORY:
             self._ended.popitem(last=False)
@@ -164,7 +204,7 @@ class HarnessPod:
 
     # -- Backend (serve.http_app) -------------------------------------------------------------
 
-    async def authorize(self, request: Request) -> AttemptState:
+    async def authorize(self, request: Request) -> Call:
         ident = (request.path_params["episode_id"], request.path_params["attempt"])
         state = self._attempts.get(ident)
         if state is None:
@@ -174,22 +214,22 @@ class HarnessPod:
         key = request_api_key(request)
         if key is None or not secrets.compare_digest(key, state.key):
             raise ProtocolError(401, "invalid API key for this attempt")
-        return state
+        return Call(state, request)
 
-    async def models(self, ctx: AttemptState) -> list[str]:
+    async def models(self, ctx: Call) -> list[str]:
         return [self.model]
 
     async def generate(
         self,
-        ctx: AttemptState,
+        ctx: Call,
         chat: ChatRequest,
         opts: WireOptions,
         raw_body: dict[str, Any],
         live: LiveCompletion | None = None,
     ) -> Completion:
-        state = ctx
+        state = ctx.state
         if len(state.turns) >= self.proxy_config.max_turns_per_attempt:
-            state.rejected["turn_limit"] = state.rejected.get("turn_limit", 0) + 1
+            state.reject("turn_limit")
             raise ProtocolError(
                 429, f"turn limit of {self.proxy_config.max_turns_per_attempt} calls reached"
             )
@@ -203,8 +243,7 @@ class HarnessPod:
             not opts.max_tokens_set or chat.sampling.max_tokens > state.max_tokens
         ):
             chat.sampling.max_tokens = state.max_tokens
-        if state.temperature is not None:
-            chat.sampling.temperature = state.temperature
+        replaced = override_sampling(chat, raw_body, state.temperature)
         chat.script = state.script
         started, t0 = time.time(), time.perf_counter()
         try:
@@ -212,32 +251,41 @@ class HarnessPod:
                 completion: Completion = await self.policy.generate.remote(chat)
             else:
                 completion = await stream_policy(self.policy, chat, live)
+        except ContextLengthError as e:  # the policy's own context is full: scored, not retried
+            state.reject("context_full")
+            raise ProtocolError(400, str(e.args[0] if e.args else e), "messages") from e
         except Exception as e:
             state.errors.append(f"{type(e).__name__}: {e}")
             raise ProtocolError(502, f"policy error: {type(e).__name__}: {e}") from e
         if (state.episode_id, state.attempt) not in self._attempts:
             raise ProtocolError(410, "attempt ended while the call was in flight")
-        state.turns.append(
-            Turn(
-                episode_id=state.episode_id,
-                attempt=state.attempt,
-                index=len(state.turns),
-                protocol=opts.protocol,
-                request=raw_body,
-                prompt_ids=completion.prompt_ids,
-                completion_ids=completion.completion_ids,
-                logprobs=completion.logprobs,
-                text=completion.text,
-                tool_calls=[
-                    {"id": c.id, "name": c.name, "arguments": c.arguments}
-                    for c in completion.tool_calls
-                ],
-                finish_reason=completion.finish_reason,
-                policy_version=completion.policy_version,
-                latency_s=time.perf_counter() - t0,
-                started_at=started,
-            )
+        turn = Turn(
+            episode_id=state.episode_id,
+            attempt=state.attempt,
+            index=len(state.turns),
+            protocol=opts.protocol,
+            request=raw_body,
+            prompt_ids=completion.prompt_ids,
+            completion_ids=completion.completion_ids,
+            logprobs=completion.logprobs,
+            text=completion.text,
+            tool_calls=[
+                {"id": c.id, "name": c.name, "arguments": c.arguments}
+                for c in completion.tool_calls
+            ],
+            finish_reason=completion.finish_reason,
+            policy_version=completion.policy_version,
+            latency_s=time.perf_counter() - t0,
+            started_at=started,
+            temperature=chat.sampling.temperature,
+            sampling_overridden=replaced,
+            invalid_tool_calls=completion.invalid_tool_calls,
         )
+        state.turns.append(turn)
+        if live is not None:
+            state.streams.append((turn, live))
+        elif await ctx.request.is_disconnected():  # an SDK gave up on it: never delivered
+            turn.delivered = False
         return completion
 
     # -- episodes -----------------------------------------------------------------------------

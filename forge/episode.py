@@ -18,31 +18,51 @@ from forge.sandboxes import make_sandbox
 from forge.sandboxes.base import ExecResult, SandboxSpec
 from forge.trajectory import assemble
 from forge.types import Episode
-from rewards import verify
+from rewards.runner import run_verifier
 from tasks.schema import Task
 
 if TYPE_CHECKING:
-    from actors.harness_pod import HarnessPod
+    from actors.harness_pod import AttemptState, HarnessPod
 
 log = logging.getLogger(__name__)
 LOG_TAIL = 4000  # characters of harness output kept on the episode
 SANDBOX_SLACK_S = 60.0  # the sandbox outlives the harness timeout by this much (verification)
 
 
-def failure_reason(
-    result: ExecResult | None, proxy_errors: list[str], rejected: dict[str, int]
-) -> str | None:
+def classify_end(
+    result: ExecResult | None, state: AttemptState, max_turns: int
+) -> tuple[str | None, str | None]:
+    """``(failure, truncated)`` of an attempt whose harness has returned (DESIGN.md decision 5).
+
+    ``failure`` names an infrastructure failure (retried in a fresh sandbox): the sandbox broke,
+    the Policy or proxy erred, the harness hung before it ever called the model, or it crashed
+    with nothing the model did to explain it. ``truncated`` names what the policy caused
+    (reward 0, trained on): the context was full, the proxy's call limit or the task's turn
+    limit was reached, the last answer was cut at the token limit or held tool calls that
+    could not be parsed, or the harness ran out of time while it waited on the model or ran the
+    model's commands. Both None: the harness finished; its verifier decides.
+    """
     if result is None:
-        return "sandbox_error"
+        return "sandbox_error", None
+    if state.errors:
+        return "proxy_error", None
+    if state.rejected.get("context_full"):
+        return None, "context_full"
+    if state.rejected.get("turn_limit"):
+        return None, "turn_limit"
+    delivered = [t for t in state.turns if t.delivered]
     if result.timed_out:
-        return "timeout"
-    if proxy_errors:
-        return "proxy_error"
-    if rejected.get("turn_limit"):
-        return "turn_limit"
-    if result.exit_code != 0:
-        return "harness_crash"
-    return None
+        return (None, "timeout") if state.turns else ("harness_hung", None)
+    if result.exit_code == 0:
+        return None, None
+    if len(delivered) >= max_turns:
+        return None, "turn_limit"
+    last = delivered[-1] if delivered else None
+    if last is not None and last.finish_reason == "length":
+        return None, "token_limit"
+    if last is not None and last.invalid_tool_calls:
+        return None, "unparseable_tool_call"
+    return "harness_crash", None
 
 
 async def run_attempt(
@@ -111,16 +131,32 @@ async def run_attempt(
         pod.sandboxes.discard(sandbox)
         raise
     state = pod.close_attempt(episode_id, attempt)
-    failure = failure_reason(result, state.errors, state.rejected)
+    failure, truncated = classify_end(result, state, task.limits.max_turns)
+    verifier_boxes: list[Any] = []
+
+    def new_sandbox() -> Any:  # the verifier's own sandboxes: same backend, fresh
+        box = make_sandbox(
+            pod.sandbox_config.backend,
+            root=pod.sandbox_config.root,
+            isolation=pod.sandbox_config.isolation,
+        )
+        verifier_boxes.append(box)
+        pod.sandboxes.add(box)
+        return box
+
     try:
-        if failure is None:
-            verdict = await asyncio.to_thread(verify, task.verifier, sandbox, answer)
+        if failure is None and truncated is None:
+            # copies the workspace out, destroys the agent's sandbox, verifies in fresh ones
+            verdict = await asyncio.to_thread(
+                run_verifier, task, sandbox, answer, new_sandbox, labels
+            )
             reward, detail = verdict.reward, verdict.detail
     except Exception as e:
         failure, error = "verifier_error", f"{type(e).__name__}: {e}"
     finally:
-        await asyncio.to_thread(sandbox.destroy)
-        pod.sandboxes.discard(sandbox)
+        await asyncio.to_thread(sandbox.destroy)  # a no-op when run_verifier destroyed it
+        for box in (sandbox, *verifier_boxes):
+            pod.sandboxes.discard(box)
     segments, resets = assemble(state.turns)
     log_text = error or (result.stderr[-LOG_TAIL:] if result else "")
     if state.errors:
@@ -133,11 +169,12 @@ async def run_attempt(
         reward=reward if failure is None else 0.0,
         status="ok" if failure is None else "failed",
         failure=failure,
+        truncated=truncated,
         final_answer=answer,
         turns=state.turns,
         segments=segments,
         reset_reasons=resets,
-        verifier_detail=detail,
+        verifier_detail=detail or (f"truncated: {truncated}" if truncated else ""),
         duration_s=time.perf_counter() - start,
         harness_exit_code=result.exit_code if result else None,
         harness_log=log_text,

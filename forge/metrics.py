@@ -1,12 +1,18 @@
 """The project's metrics, exported through ``ray.util.metrics`` so the Ray dashboard shows them.
 
-Created lazily (only inside a Ray worker or driver) and shared per process.
+Created lazily (only inside a Ray worker or driver) and shared per process. Recording a metric
+never raises: a metric is an observation, and no bookkeeping may stop the work it observes (a
+zero increment, which Ray refuses, is skipped; any other error is logged once per metric).
 """
 
 from __future__ import annotations
 
+import logging
 from functools import cache
 from typing import Any
+
+log = logging.getLogger(__name__)
+_failed: set[str] = set()
 
 
 @cache
@@ -20,6 +26,11 @@ def _metrics() -> dict[str, Any]:
         ),
         "failures": Counter(
             "forge_failures_total", "Failed attempts by reason.", tag_keys=("run", "reason")
+        ),
+        "truncations": Counter(
+            "forge_truncations_total",
+            "Episodes the policy ended (reward 0, trained on) by reason.",
+            tag_keys=("run", "reason"),
         ),
         "groups": Counter(
             "forge_groups_total", "GRPO groups by outcome.", tag_keys=("run", "outcome")
@@ -39,13 +50,23 @@ def _metrics() -> dict[str, Any]:
     }
 
 
+def _record(name: str, method: str, value: float, tags: dict[str, str]) -> None:
+    try:
+        getattr(_metrics()[name], method)(value, tags=tags)
+    except Exception as e:
+        if name not in _failed:
+            _failed.add(name)
+            log.warning("metric %s not recorded (further errors not logged): %r", name, e)
+
+
 def inc(name: str, value: float = 1.0, **tags: str) -> None:
-    _metrics()[name].inc(value, tags=tags)
+    if value > 0:
+        _record(name, "inc", value, tags)
 
 
 def observe(name: str, value: float, **tags: str) -> None:
-    _metrics()[name].observe(value, tags=tags)
+    _record(name, "observe", value, tags)
 
 
 def gauge(name: str, value: float, **tags: str) -> None:
-    _metrics()[name].set(value, tags=tags)
+    _record(name, "set", value, tags)

@@ -84,9 +84,11 @@ def test_groups_flow_into_buffer_and_pool_shrinks(ray_cluster, policy, tmp_path)
 def test_failing_slot_is_retried_then_group_dropped(ray_cluster, policy, tmp_path):
     ray = ray_cluster
     bad = _task(0)
-    bad["solution"] = ["sleep 5"]
-    bad["limits"]["timeout_s"] = 0.5  # the harness cannot finish: every attempt times out
-    sched, buffer = _start(ray, policy, tmp_path, "drop", [bad], group_size=2, max_retries=1)
+    bad["solution"] = ["sleep 30"]
+    bad["limits"]["timeout_s"] = 3  # the model's command outlives the harness: a policy failure
+    sched, buffer = _start(
+        ray, policy, tmp_path, "drop", [bad], group_size=2, max_retries=1, policy_failures="drop"
+    )
     sched.request.remote(1)
     settled = ray.get(sched.wait_settled.remote(1, 120))
     assert settled == {"groups_buffered": 0, "groups_dropped": 1}

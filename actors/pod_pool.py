@@ -1,0 +1,142 @@
+"""The Scheduler's elastic pool of HarnessPod actors: start (with a deadline), lend, retire.
+
+A pod that cannot be created or started within ``pod_start_timeout_s`` (its constructor or
+``start`` raised, or Ray never found room to schedule it) is killed and counted, and the pool
+answers "no pod now" instead of blocking: the attempts wait in the queue, and the driver's stall
+report names the failed starts and the last error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+
+from forge.config import RunConfig
+
+log = logging.getLogger(__name__)
+START_BACKOFF_S = (1.0, 30.0)  # wait after a failed start: doubles from the first to the second
+
+
+@dataclass
+class Pod:
+    name: str
+    actor: Any
+    busy: bool = False
+    idle_since: float = field(default_factory=time.monotonic)
+
+
+class PodPool:
+    def __init__(self, config: RunConfig, policy: Any, pod_cls: type) -> None:
+        self.config = config
+        self.rollout = config.rollout
+        self.policy = policy
+        self.pod_cls = pod_cls
+        self.pods: list[Pod] = []
+        self._ids = itertools.count()
+        self.counts = {"pods_started": 0, "pods_replaced": 0, "pods_retired": 0}
+        self.failed_starts = 0
+        self.last_start_error: str | None = None
+        self._next_try = 0.0  # monotonic time before which no new pod is tried (after failures)
+        self._backoff = START_BACKOFF_S[0]
+
+    async def fill(self) -> None:
+        """Start pods up to ``min_pods`` (failures are counted, not raised)."""
+        while len(self.pods) < self.rollout.min_pods and await self.new_pod() is not None:
+            pass
+
+    async def idle_pod(self) -> Pod | None:
+        """An idle pod (marked busy), a new one if the pool may grow, or None."""
+        for pod in self.pods:
+            if not pod.busy:
+                pod.busy = True
+                return pod
+        if len(self.pods) < self.rollout.max_pods:
+            pod = await self.new_pod()
+            if pod is not None:
+                pod.busy = True
+            return pod
+        return None
+
+    async def new_pod(self) -> Pod | None:
+        if time.monotonic() < self._next_try:
+            return None
+        name = f"pod-{next(self._ids)}"
+        actor = None
+        try:
+            actor = (
+                ray.remote(self.pod_cls)
+                .options(num_cpus=self.rollout.pod_num_cpus, max_concurrency=1000)
+                .remote(
+                    self.policy,
+                    pod_id=name,
+                    run=self.config.name,
+                    model=self.config.policy.engine.model,
+                    proxy=self.config.proxy.model_dump(),
+                    sandbox=self.config.sandbox.model_dump(),
+                )
+            )
+            await asyncio.wait_for(actor.start.remote(), self.rollout.pod_start_timeout_s)
+        except Exception as e:  # constructor or start raised, or never scheduled in time
+            if isinstance(e, TimeoutError):
+                why = f"not started within {self.rollout.pod_start_timeout_s:g}s"
+            else:
+                why = f"{type(e).__name__}: {e}"
+            self.failed_starts += 1
+            self.last_start_error = f"{name}: {why}"[:2000]
+            self._next_try = time.monotonic() + self._backoff
+            self._backoff = min(self._backoff * 2, START_BACKOFF_S[1])
+            log.warning(
+                "HarnessPod %s failed to start (%d so far): %s", name, self.failed_starts, why
+            )
+            if actor is not None:
+                self._kill(actor)
+            return None
+        self._backoff = START_BACKOFF_S[0]
+        pod = Pod(name, actor)
+        self.pods.append(pod)
+        self.counts["pods_started"] += 1
+        return pod
+
+    def release(self, pod: Pod) -> None:
+        pod.busy = False
+        pod.idle_since = time.monotonic()
+
+    async def replace(self, pod: Pod) -> None:
+        """A pod that cannot be trusted any more (died, timed out, erred) leaves the pool."""
+        await self.retire(pod)
+        self.counts["pods_replaced"] += 1
+
+    async def retire(self, pod: Pod) -> None:
+        if pod in self.pods:
+            self.pods.remove(pod)
+        try:
+            await asyncio.wait_for(pod.actor.stop.remote(), 10)
+        except Exception:  # a dead or stuck pod is killed all the same
+            pass
+        self._kill(pod.actor)
+
+    async def retire_idle(self) -> None:
+        now = time.monotonic()
+        for pod in list(self.pods):
+            extra = len(self.pods) > self.rollout.min_pods
+            if extra and not pod.busy and now - pod.idle_since > self.rollout.pod_idle_s:
+                await self.retire(pod)
+                self.counts["pods_retired"] += 1
+
+    async def close(self) -> None:
+        pods, self.pods = self.pods, []
+        for pod in pods:
+            await self.retire(pod)
+
+    @staticmethod
+    def _kill(actor: Any) -> None:
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception as e:  # already gone
+            log.debug("kill of a pod actor: %s", e)
