@@ -32,6 +32,7 @@ class AnswerEquals(VerifierModel):
     """Reward 1 when the final answer equals ``value`` (after normalisation, by default)."""
 
     kind: ClassVar[str] = "answer_equals"
+    reads_sandbox: ClassVar[bool] = False
     value: str | int | float = Field(description="The expected final answer.")
     normalize: bool = Field(
         default=True,
@@ -55,6 +56,7 @@ class AnswerRegex(VerifierModel):
     """Reward 1 when ``pattern`` is found (``re.search``) in the final answer."""
 
     kind: ClassVar[str] = "answer_regex"
+    reads_sandbox: ClassVar[bool] = False
     pattern: str = Field(description="Python regular expression searched for in the answer.")
     flags: str = Field(
         default="",
@@ -80,6 +82,7 @@ class AnswerChars(VerifierModel):
     """
 
     kind: ClassVar[str] = "answer_chars"
+    reads_sandbox: ClassVar[bool] = False
     chars: str = Field(min_length=1, description="The characters that earn credit.")
     min_length: int = Field(
         default=1, ge=1, description="Answers shorter than this (without spaces) score 0."

@@ -45,6 +45,13 @@ class VerifierModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     kind: ClassVar[str] = ""
+    reads_sandbox: ClassVar[bool] = True  # False: judges the final answer alone
+    runs_commands: ClassVar[bool] = False  # True: may change the sandbox it is given
+
+    def own_files(self) -> dict[str, str]:
+        """The verifier's own files (relative path -> text), written under the verifier
+        directory of the verifier's sandbox once the agent's workspace is in place."""
+        return {}
 
     def verify(self, sandbox: Sandbox, final_answer: str | None) -> Verdict:
         raise NotImplementedError
@@ -62,7 +69,11 @@ class AllOf:
         self.verifiers = verifiers
 
     def verify(self, sandbox: Sandbox, final_answer: str | None) -> Verdict:
-        verdicts = [v.verify(sandbox, final_answer) for v in self.verifiers]
+        return self.combine([v.verify(sandbox, final_answer) for v in self.verifiers])
+
+    @staticmethod
+    def combine(verdicts: list[Verdict]) -> Verdict:
+        """The lowest reward; the details of all, numbered."""
         reward = min(v.reward for v in verdicts)
         detail = "; ".join(f"[{i}] {v.detail}" for i, v in enumerate(verdicts))
         return Verdict(reward=reward, detail=detail)

@@ -6,6 +6,7 @@ something that runs ``sh -c`` in a workspace and reads and writes its files.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -30,7 +31,12 @@ class DirSandbox:
         start = time.monotonic()
         try:
             p = subprocess.run(
-                cmd, cwd=self.root, capture_output=True, text=True, timeout=timeout_s, env=env
+                cmd,
+                cwd=self.root,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                env={**os.environ, **env} if env else None,
             )
         except subprocess.TimeoutExpired:
             return ExecResult(-1, "", "", timed_out=True, duration_s=time.monotonic() - start)

@@ -1,0 +1,157 @@
+"""Verification out of the agent's reach (DESIGN.md decision 10).
+
+:func:`run_verifier` scores an attempt after its harness has exited:
+
+1. the agent's workspace is copied out of its sandbox as a tar (symlinks stay symlinks and are
+   never followed; FIFOs and devices are left out; a workspace over ``max_workspace_bytes`` is
+   a wrong answer, decided from ``stat`` before anything is read);
+2. the agent's sandbox is destroyed, which kills every process the agent left behind;
+3. each verifier that reads files gets a fresh sandbox of the same backend: the copy goes into
+   its workspace, and only then the verifier's own files (``$VERIFIER_DIR``) and pristine
+   copies of the task's seeded files (``$VERIFIER_DIR/task/``). Its home is empty, its PATH the
+   system's, and commands run with the interpreter settings of
+   :data:`rewards.command.INTERPRETER_ENV`, so nothing the agent wrote (module shadows,
+   ``sitecustomize``, ``.pth`` files, shell start-up files, shims) changes how they run;
+4. a verifier that runs commands may change its sandbox (a command can run the agent's
+   program), so the next verifier gets another fresh copy; read-only checks share one.
+
+Answer-only tasks need no sandbox at all. An error of the sandboxes themselves propagates (the
+attempt is marked failed, not scored); what the agent's files cause is a reward of 0.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from forge.sandboxes.base import ArchiveTooLarge, ExecResult, Sandbox, SandboxSpec
+from forge.sandboxes.bwrap import HOME
+from rewards import build_verifier
+from rewards.base import Verdict
+from rewards.command import Command
+from rewards.common import AllOf, VerifierModel
+
+if TYPE_CHECKING:
+    from tasks.schema import Task
+
+log = logging.getLogger(__name__)
+
+VERIFIER_DIR = f"{HOME}/verifier"  # the verifier's own files, as the verifier sandbox sees it
+TASK_FILES = "task"  # under VERIFIER_DIR: the task's seeded files, pristine
+MAX_WORKSPACE_BYTES = 64 << 20
+SLACK_S = 30.0  # a verifier sandbox outlives its commands' timeouts by this much
+
+__all__ = ["MAX_WORKSPACE_BYTES", "VERIFIER_DIR", "run_verifier", "verifier_files"]
+
+
+class _NoSandbox:
+    """Handed to answer-only verifiers: they judge the final answer and touch no sandbox."""
+
+    workspace = ""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"an answer verifier used the sandbox ({name})")
+
+
+def _flatten(verifier: Any) -> list[VerifierModel]:
+    if isinstance(verifier, AllOf):
+        return [v for inner in verifier.verifiers for v in _flatten(inner)]
+    return [verifier]
+
+
+def verifier_files(task: Task, verifiers: list[VerifierModel]) -> dict[str, str]:
+    """Paths relative to :data:`VERIFIER_DIR` -> text: the task's seeded files under ``task/``
+    and every verifier's own files."""
+    files = {f"{TASK_FILES}/{path}": text for path, text in task.files.items()}
+    for v in verifiers:
+        files.update(v.own_files())
+    return files
+
+
+def _deadline(verifiers: list[VerifierModel]) -> float:
+    return sum(v.timeout_s for v in verifiers if isinstance(v, Command)) + SLACK_S
+
+
+class _VerifierBox:
+    """A verifier sandbox whose commands also get ``VERIFIER_DIR`` (where the sandbox's
+    backend shows :data:`VERIFIER_DIR`: a host path when it runs unisolated)."""
+
+    def __init__(self, box: Sandbox) -> None:
+        self.box = box
+        home = box.path_map().get(HOME)
+        self.env = {"VERIFIER_DIR": VERIFIER_DIR.replace(HOME, home, 1) if home else VERIFIER_DIR}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.box, name)
+
+    def exec(
+        self, cmd: list[str], timeout_s: float, env: dict[str, str] | None = None
+    ) -> ExecResult:
+        return self.box.exec(cmd, timeout_s, {**self.env, **(env or {})})
+
+
+def _fresh(
+    new_sandbox: Callable[[], Sandbox],
+    spec: SandboxSpec,
+    workspace: bytes,
+    files: dict[str, str],
+) -> Sandbox:
+    box = new_sandbox()
+    try:
+        box.create(spec)
+        box.put_archive(box.workspace, workspace)
+        for rel, text in files.items():
+            box.put_file(f"{VERIFIER_DIR}/{rel}", text)
+    except BaseException:
+        box.destroy()
+        raise
+    return _VerifierBox(box)  # type: ignore[return-value]
+
+
+def run_verifier(
+    task: Task,
+    agent_sandbox: Sandbox,
+    answer: str | None,
+    new_sandbox: Callable[[], Sandbox],
+    labels: dict[str, str] | None = None,
+    max_workspace_bytes: int = MAX_WORKSPACE_BYTES,
+) -> Verdict:
+    """Score ``task`` for an attempt whose harness has exited; see the module docstring.
+
+    ``new_sandbox`` returns a new, not yet created sandbox of the agent's backend. The agent's
+    sandbox is destroyed here, whatever the outcome (its workspace is copied out first).
+    """
+    top = build_verifier(task.verifier)
+    verifiers = _flatten(top)
+    workspace: bytes | None = None
+    try:
+        if any(v.reads_sandbox for v in verifiers):
+            workspace = agent_sandbox.get_archive(agent_sandbox.workspace, max_workspace_bytes)
+    except ArchiveTooLarge as e:
+        return Verdict(0.0, f"workspace too large to verify: {e}")
+    finally:
+        agent_sandbox.destroy()
+    spec = SandboxSpec(
+        labels={**(labels or {}), "role": "verifier"},
+        deadline_s=_deadline(verifiers),
+    )
+    files = verifier_files(task, verifiers)
+    verdicts: list[Verdict] = []
+    box: Sandbox | None = None
+    try:
+        for v in verifiers:
+            if not v.reads_sandbox:
+                verdicts.append(v.verify(_NoSandbox(), answer))  # type: ignore[arg-type]
+                continue
+            if box is None:
+                assert workspace is not None
+                box = _fresh(new_sandbox, spec, workspace, files)
+            verdicts.append(v.verify(box, answer))
+            if v.runs_commands:
+                box.destroy()
+                box = None
+    finally:
+        if box is not None:
+            box.destroy()
+    return AllOf.combine(verdicts) if isinstance(top, AllOf) else verdicts[0]
