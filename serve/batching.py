@@ -15,9 +15,12 @@ Out = TypeVar("Out")
 
 
 class MicroBatcher(Generic[In, Out]):
+    """``run_batch`` returns one result per item, in order; an exception in an item's place
+    fails that item's caller alone, and an exception raised by ``run_batch`` fails them all."""
+
     def __init__(
         self,
-        run_batch: Callable[[list[In]], Awaitable[list[Out]]],
+        run_batch: Callable[[list[In]], Awaitable[list[Out | BaseException]]],
         max_batch_size: int = 16,
         wait_s: float = 0.005,
     ) -> None:
@@ -60,5 +63,9 @@ class MicroBatcher(Generic[In, Out]):
                         fut.set_exception(e)
                 continue
             for (_, fut), res in zip(live, results, strict=True):
-                if not fut.done():
+                if fut.done():
+                    continue
+                if isinstance(res, BaseException):
+                    fut.set_exception(res)
+                else:
                     fut.set_result(res)

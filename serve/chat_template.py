@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from forge.types import Message, Tool, ToolCall
@@ -81,42 +82,69 @@ def new_call_id() -> str:
     return "call_" + uuid.uuid4().hex[:24]
 
 
-def parse_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
-    """Split a completion into plain content and tool calls.
+@dataclass
+class ParsedText:
+    """A completion's text split into content and tool calls. ``invalid`` counts the
+    ``<tool_call>`` blocks that did not parse as a call: they stay in ``content`` as text."""
 
-    A block becomes a call only when it holds a JSON object with a string ``name`` and an object
-    (or JSON-object string) ``arguments``; anything malformed stays in the content untouched.
+    content: str
+    calls: list[ToolCall]
+    invalid: int
+
+
+def parse_completion(text: str) -> ParsedText:
+    """Split a completion into plain content and tool calls; never raises.
+
+    A block becomes a call only when it holds a strict JSON object (no NaN, nesting bounded)
+    with a non-empty string ``name`` and an object (or JSON-object string) ``arguments``, all
+    of it valid Unicode; anything else stays in the content untouched and is counted.
     """
     calls: list[ToolCall] = []
     kept: list[str] = []
-    pos = 0
+    pos = invalid = 0
     for match in _CALL_RE.finditer(text):
         call = _parse_one(match.group(1))
         if call is None:
+            invalid += 1
             continue
         kept.append(text[pos : match.start()])
         pos = match.end()
         calls.append(call)
     kept.append(text[pos:])
     content = "".join(kept).strip() if calls else text
-    return content, calls
+    return ParsedText(content, calls, invalid)
+
+
+def parse_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
+    """``(content, calls)`` of :func:`parse_completion`."""
+    parsed = parse_completion(text)
+    return parsed.content, parsed.calls
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _strict_json(text: str) -> Any:
+    """``text`` as strict JSON, or None when it is not (NaN and Infinity included)."""
+    try:
+        return json.loads(text, parse_constant=_not_json)
+    except (ValueError, RecursionError):  # also ints past Python's digit limit
+        return None
 
 
 def _parse_one(body: str) -> ToolCall | None:
-    try:
-        obj = json.loads(body)
-    except json.JSONDecodeError:
-        return None
+    obj = _strict_json(body)
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
         return None
     args = obj.get("arguments", obj.get("parameters", {}))
     if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except json.JSONDecodeError:
-            return None
+        args = _strict_json(args)
     if not isinstance(args, dict):
         return None
-    return ToolCall(
-        id=new_call_id(), name=obj["name"], arguments=json.dumps(args, ensure_ascii=False)
-    )
+    try:
+        arguments = json.dumps(args, ensure_ascii=False)
+        (obj["name"] + arguments).encode("utf-8")  # no lone surrogates from \ud800 escapes
+    except (ValueError, RecursionError):
+        return None
+    return ToolCall(id=new_call_id(), name=obj["name"], arguments=arguments)

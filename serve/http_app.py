@@ -6,13 +6,14 @@ completions, Responses, Anthropic messages) and the model list. Each request is 
 module into a :class:`~forge.types.ChatRequest`, handed to ``Backend.generate`` and the
 :class:`~forge.types.Completion` rendered as JSON, or, for a streamed request, rendered as
 server-sent events while it is generated (:mod:`serve.live`). Errors are answered in
-the protocol's own error format; an unexpected exception is a 500 and the server keeps running.
+the protocol's own error format; a prompt too long for the model's context
+(:class:`~serve.engines.base.ContextLengthError`) is a 400 naming the conversation's field; an
+unexpected exception is a 500 and the server keeps running.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import ModuleType
@@ -24,8 +25,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from forge.types import ChatRequest, Completion
+from serve.engines.base import ContextLengthError
 from serve.live import LiveCompletion
 from serve.protocol import anthropic, chat, responses
+from serve.protocol.body import parse_body
 from serve.protocol.common import ProtocolError, WireOptions, WireProtocol, error_body
 
 log = logging.getLogger(__name__)
@@ -79,14 +82,17 @@ def error_response(protocol: WireProtocol, err: ProtocolError) -> JSONResponse:
 
 
 async def read_json_body(request: Request, max_body_bytes: int) -> dict[str, Any]:
-    """The request body as a JSON object, read under ``max_body_bytes`` (413 beyond it)."""
-    too_big = ProtocolError(413, f"request body exceeds the limit of {max_body_bytes} bytes")
+    """The request body as a JSON object, read under ``max_body_bytes`` (413 beyond it) and
+    checked by :func:`serve.protocol.body.parse_body`."""
+    too_big = ProtocolError(413, f"body: exceeds the limit of {max_body_bytes} bytes", "body")
     length = request.headers.get("content-length")
     if length is not None:
         try:
             declared = int(length)
         except ValueError:
-            raise ProtocolError(400, f"invalid Content-Length header: {length!r}") from None
+            raise ProtocolError(
+                400, f"content-length: invalid header {length[:40]!r}", "content-length"
+            ) from None
         if declared > max_body_bytes:
             raise too_big
     chunks: list[bytes] = []
@@ -96,16 +102,15 @@ async def read_json_body(request: Request, max_body_bytes: int) -> dict[str, Any
         if size > max_body_bytes:
             raise too_big
         chunks.append(chunk)
-    raw = b"".join(chunks)
-    if not raw.strip():
-        raise ProtocolError(400, "request body is empty; expected a JSON object")
-    try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise ProtocolError(400, f"body is not valid JSON: {e}") from None
-    if not isinstance(body, dict):
-        raise ProtocolError(400, "body must be a JSON object")
-    return body
+    return parse_body(b"".join(chunks))
+
+
+def context_error(protocol: WireProtocol, e: ContextLengthError) -> ProtocolError:
+    """The 400 for a prompt that leaves no room in the model's context, naming the field that
+    holds the conversation (``e`` may be Ray's wrapper of it: its attributes reach the cause)."""
+    field = "input" if protocol == "responses" else "messages"
+    detail = ContextLengthError(e.prompt_tokens, e.max_tokens, e.limit).detail
+    return ProtocolError(400, f"{field}: {detail}", field)
 
 
 _producing: set[asyncio.Task[None]] = set()  # streamed answers being generated and recorded
@@ -156,6 +161,8 @@ def _generation_endpoint(
             await live.started()  # errors before the first event are answered as errors
         except ProtocolError as err:
             return error_response(protocol, err)
+        except ContextLengthError as e:
+            return error_response(protocol, context_error(protocol, e))
         except Exception as e:
             log.exception("%s %s failed", request.method, request.url.path)
             return error_response(protocol, _internal(e))

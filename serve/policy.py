@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 import os
 import time
@@ -33,9 +34,10 @@ from ray import serve
 from forge.config import PolicyConfig
 from forge.types import ChatRequest, Completion
 from serve.batching import MicroBatcher
-from serve.chat_template import parse_tool_calls, render
+from serve.chat_template import ParsedText, parse_completion, render
 from serve.collective import Receiver
 from serve.engines import EngineOutput, EngineRequest, make_engine
+from serve.engines.base import admit
 from serve.live import safe_content
 from serve.weight_sync import subscribe
 
@@ -56,7 +58,7 @@ class Policy:
         self._drained = asyncio.Event()  # continuous engines: set when nothing is in flight
         self._drained.set()
         self._inflight = 0
-        self.stats = {"requests": 0, "batches": 0, "completion_tokens": 0}
+        self.stats = {"requests": 0, "batches": 0, "batch_retries": 0, "completion_tokens": 0}
         self._receiver: Receiver | None = None  # a collective WeightSync's, made on first use
         self._subscriber: asyncio.Task[None] | None = None
         if self.config.weight_store:
@@ -72,15 +74,25 @@ class Policy:
         return self.tokenizer(text, add_special_tokens=False).input_ids
 
     def _prepare(self, chat: ChatRequest) -> EngineRequest:
+        """Admission, before the request joins a batch: the prompt's ids, and ``max_tokens``
+        clamped to the room the prompt leaves in the engine's context; a prompt that leaves
+        none raises :class:`ContextLengthError` (this request fails, no other)."""
         if chat.sampling.max_tokens <= 0:
             chat.sampling.max_tokens = self.config.default_max_tokens
-        return EngineRequest(self.tokenize_prompt(chat), chat.sampling, chat)
+        prompt_ids = self.tokenize_prompt(chat)
+        limit = getattr(self.engine, "max_context", None)
+        max_tokens = admit(len(prompt_ids), chat.sampling.max_tokens, limit)
+        sampling = chat.sampling
+        if max_tokens != sampling.max_tokens:
+            sampling = dataclasses.replace(sampling, max_tokens=max_tokens)
+        return EngineRequest(prompt_ids, sampling, chat)
 
     def _complete(
         self, chat: ChatRequest, request: EngineRequest, out: EngineOutput, version: int
     ) -> Completion:
         text = self.tokenizer.decode(out.completion_ids, skip_special_tokens=True)
-        content, calls = parse_tool_calls(text) if chat.tools else (text, [])
+        parsed = parse_completion(text) if chat.tools else ParsedText(text, [], 0)
+        content, calls = parsed.content, parsed.calls
         finish = out.finish_reason or "length"
         finish = "tool_calls" if calls and finish == "stop" else finish
         self.stats["requests"] += 1
@@ -94,6 +106,7 @@ class Policy:
             tool_calls=calls,
             finish_reason=finish,
             policy_version=version,
+            invalid_tool_calls=parsed.invalid,
         )
 
     async def generate(self, chat: ChatRequest) -> Completion:
@@ -135,12 +148,32 @@ class Policy:
 
     async def _generate_batch(
         self, requests: list[EngineRequest]
-    ) -> list[tuple[EngineOutput, int]]:
+    ) -> list[tuple[EngineOutput, int] | BaseException]:
         async with self._swap:
-            outputs = await self.engine.generate(requests)
             version = self.version
+            try:
+                outputs: list[EngineOutput | BaseException] = list(
+                    await self.engine.generate(requests)
+                )
+            except Exception:
+                if len(requests) == 1:
+                    raise
+                outputs = await self._one_by_one(requests)
         self.stats["batches"] += 1
-        return [(o, version) for o in outputs]
+        return [o if isinstance(o, BaseException) else (o, version) for o in outputs]
+
+    async def _one_by_one(self, requests: list[EngineRequest]) -> list[EngineOutput | Exception]:
+        """A batch failed: run its requests alone, so that only one that fails by itself
+        fails (its caller gets its own error) and the rest of the batch is served."""
+        self.stats["batch_retries"] += 1
+        outputs: list[EngineOutput | Exception] = []
+        for request in requests:
+            try:
+                (out,) = await self.engine.generate([request])
+            except Exception as e:
+                out = e
+            outputs.append(out)
+        return outputs
 
     @contextlib.asynccontextmanager
     async def _admit(self) -> AsyncIterator[int]:

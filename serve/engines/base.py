@@ -28,6 +28,50 @@ class EngineOutput:
     finish_reason: str | None  # "stop" or "length"; None on a stream's partial outputs
 
 
+class ContextLengthError(ValueError):
+    """A request whose prompt leaves no room in the model's context: refused at admission,
+    before it joins a batch, so no other request fails with it.
+
+    The Policy raises it; through a Serve handle it arrives as Ray's ``RayTaskError`` subclass
+    that is still an instance of this class (attributes reach the cause), for ``generate`` and
+    for ``generate_stream`` alike. ``str(e.args[0])`` is the message on both sides. The HTTP
+    app answers it with a 400 naming the request's messages field.
+
+    A request whose prompt fits but whose ``max_tokens`` would overflow is *not* refused: the
+    Policy clamps ``max_tokens`` to the room left (the completion then ends with ``length``).
+    Harnesses ask for limits far beyond a small model's context (Claude Code sends 32000), so
+    refusing those would fail every turn; only a prompt with no room for one token is refused.
+    """
+
+    def __init__(self, prompt_tokens: int, max_tokens: int, limit: int) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.limit = limit
+        super().__init__(f"messages: {self.detail}")
+
+    @property
+    def detail(self) -> str:
+        """The message without the field name (each protocol names its own field)."""
+        return (
+            f"prompt is {self.prompt_tokens} tokens; with max_tokens {self.max_tokens} it "
+            f"exceeds the model's context of {self.limit}"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable across Ray with its attributes
+        return (type(self), (self.prompt_tokens, self.max_tokens, self.limit))
+
+
+def admit(prompt_tokens: int, max_tokens: int, limit: int | None) -> int:
+    """The ``max_tokens`` a request runs with in a context of ``limit`` tokens (None: no
+    limit): ``max_tokens`` clamped to the room left; raises :class:`ContextLengthError` when the
+    prompt leaves no room for a single token."""
+    if limit is None:
+        return max_tokens
+    if prompt_tokens + 1 > limit:
+        raise ContextLengthError(prompt_tokens, max_tokens, limit)
+    return min(max_tokens, limit - prompt_tokens)
+
+
 class Engine(Protocol):
     """Generates batches of requests; requests passed together are batched by the engine.
 
@@ -36,9 +80,13 @@ class Engine(Protocol):
     instead of ``load_weights`` (see ``serve/engines/vllm.py``). It may also stream:
     ``stream(request)`` yields the sampled ids and logprobs as they come (``finish_reason`` set
     on the last), which the Policy's ``generate_stream`` passes on.
+
+    ``max_context`` is the longest prompt plus completion the model takes (None: no limit);
+    the Policy checks every request against it at admission (:func:`admit`).
     """
 
     tokenizer: Any
+    max_context: int | None
 
     async def generate(self, requests: list[EngineRequest]) -> list[EngineOutput]: ...
 

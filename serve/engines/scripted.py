@@ -137,6 +137,7 @@ class ScriptedEngine:
         if mode not in ("oracle", "noop"):
             raise ValueError(f"engine.mode: {mode!r} is not 'oracle' or 'noop'")
         self.mode = mode
+        self.max_context: int | None = None  # the oracle has no context to fill
         # Only the tokenizer is needed; the tiny one is built without a model.
         self.tokenizer = build_byte_tokenizer() if model == "tiny" else load_model(model)[1]
 

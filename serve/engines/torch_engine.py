@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from serve.engines.base import EngineOutput, EngineRequest
+from serve.engines.base import ContextLengthError, EngineOutput, EngineRequest
 from serve.models import load_model
 
 
@@ -26,7 +26,7 @@ class TorchEngine:
         device: str = "cpu",
         dtype: str = "float32",
         seed: int = 0,
-        max_context: int = 8192,
+        max_context: int | None = None,
         num_threads: int | None = None,
     ) -> None:
         if num_threads:
@@ -34,7 +34,9 @@ class TorchEngine:
         self.model, self.tokenizer = load_model(model, seed=seed, dtype=dtype)
         self.device = torch.device(device)
         self.model.to(self.device)
-        self.max_context = max_context
+        # The longest prompt plus completion: the model's own positions unless told less.
+        positions = getattr(self.model.config, "max_position_embeddings", None) or 8192
+        self.max_context: int = min(max_context or positions, positions)
         self.eos_ids = {self.tokenizer.eos_token_id}
         self._lock = threading.Lock()  # one batch or one weight load at a time
 
@@ -55,14 +57,11 @@ class TorchEngine:
 
     def _generate(self, requests: list[EngineRequest]) -> list[EngineOutput]:
         n = len(requests)
-        for r in requests:
+        for r in requests:  # the Policy admits each request before batching (base.admit)
             if not r.prompt_ids:
                 raise ValueError("prompt_ids: empty prompt")
             if len(r.prompt_ids) + r.sampling.max_tokens > self.max_context:
-                raise ValueError(
-                    f"prompt of {len(r.prompt_ids)} tokens plus max_tokens "
-                    f"{r.sampling.max_tokens} exceeds the context of {self.max_context}"
-                )
+                raise ContextLengthError(len(r.prompt_ids), r.sampling.max_tokens, self.max_context)
         width = max(len(r.prompt_ids) for r in requests)
         pad = self.tokenizer.pad_token_id
         ids = torch.full((n, width), pad, dtype=torch.long)
@@ -123,7 +122,7 @@ def _generator(seed: int | None) -> torch.Generator | None:
     if seed is None:
         return None
     g = torch.Generator()
-    g.manual_seed(seed)
+    g.manual_seed(seed % 2**64)  # any integer seed, never an overflow that fails the batch
     return g
 
 
@@ -131,6 +130,8 @@ def _sample(logits: torch.Tensor, temperature: float, top_p: float, gen: Any) ->
     if temperature <= 0:
         return int(torch.argmax(logits))
     probs = torch.softmax(logits.cpu() / temperature, dim=-1)
+    if not bool(torch.isfinite(probs).all()):  # a temperature so small it overflows: greedy
+        return int(torch.argmax(logits))
     if top_p < 1.0:
         sorted_p, order = torch.sort(probs, descending=True)
         keep = sorted_p.cumsum(-1) - sorted_p < top_p

@@ -87,6 +87,7 @@ class VllmEngine:
         # chunks ("CPU Generator does not use offset"): per-request seeds are dropped there.
         self.seeds = device != "cpu"
         self.inflight = inflight
+        self.max_context = max_model_len  # the Policy admits each request against it
         self.engine = AsyncLLM.from_engine_args(
             AsyncEngineArgs(
                 model=str(path),

@@ -56,7 +56,8 @@ def test_malformed_json_is_400(kit):
     r = _post(kit.make_app(kit.FakeBackend()), kit, "/v1/chat/completions", content=b"{nope")
     assert r.status_code == 400
     err = r.json()["error"]
-    assert err["message"].startswith("body is not valid JSON: ")
+    assert err["message"].startswith("body: is not valid JSON: ")
+    assert err["param"] == "body"
     assert err["type"] == "invalid_request_error" and err["code"] is None
 
 

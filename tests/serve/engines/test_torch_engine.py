@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from forge.types import SamplingParams
-from serve.engines.base import EngineOutput, EngineRequest
+from serve.engines.base import ContextLengthError, EngineOutput, EngineRequest
 from serve.engines.torch_engine import TorchEngine
 
 PROMPTS = [
@@ -219,10 +219,11 @@ def test_load_weights_rejects_a_wrong_state_dict(engine: TorchEngine) -> None:
         engine.load_weights(sd)
 
 
-def test_over_long_prompt_is_a_value_error(engine: TorchEngine) -> None:
+def test_over_long_prompt_is_a_context_length_error(engine: TorchEngine) -> None:
     prompt = [ord("a") % 256] * 500
-    with pytest.raises(ValueError, match="exceeds the context of 512"):
+    with pytest.raises(ContextLengthError, match="exceeds the model's context of 512") as info:
         run(engine, [req(prompt, temperature=0.0, max_tokens=13)])
+    assert (info.value.prompt_tokens, info.value.max_tokens, info.value.limit) == (500, 13, 512)
     # It fits once max_tokens does.
     [out] = run(engine, [req(prompt, temperature=0.0, max_tokens=12)])
     assert len(out.completion_ids) <= 12
@@ -231,3 +232,18 @@ def test_over_long_prompt_is_a_value_error(engine: TorchEngine) -> None:
 def test_empty_prompt_is_a_value_error(engine: TorchEngine) -> None:
     with pytest.raises(ValueError, match="empty prompt"):
         run(engine, [req([], temperature=0.0, max_tokens=4)])
+
+
+def test_extreme_seeds_and_temperatures_never_fail_a_batch(engine: TorchEngine) -> None:
+    prompt = ids_of(engine, PROMPTS[1])
+    outs = run(
+        engine,
+        [
+            req(prompt, max_tokens=4, seed=2**80),  # beyond a torch seed: reduced, not raised
+            req(prompt, max_tokens=4, seed=-(2**70)),
+            req(prompt, max_tokens=4, temperature=1e-45),  # overflows the logits: greedy
+        ],
+    )
+    greedy = run(engine, [req(prompt, max_tokens=4, temperature=0.0)])[0]
+    assert all(len(o.completion_ids) > 0 for o in outs)
+    assert outs[2].completion_ids == greedy.completion_ids
