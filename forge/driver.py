@@ -31,11 +31,17 @@ from forge.config import RunConfig
 from forge.harnesses import require
 from forge.harnesses.install import HarnessNotInstalled
 from forge.progress import Progress
+from forge.sandboxes import IsolationUnavailable, check_isolation
 from forge.sandboxes.orphans import reap_orphans
 from tasks.loader import TaskError, load_suite
 
 log = logging.getLogger(__name__)
 STATE_FILE = "trainer_state.json"
+RUN_STATE_FILE = "run_state.json"  # the driver's part of a checkpoint: the task cursor
+
+
+class CollectionStalled(RuntimeError):
+    """No attempt settled for ``rollout.stall_timeout_s``; the message says what is waited for."""
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
@@ -52,6 +58,7 @@ class Run:
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(), sort_keys=False))
         require(config.harness, config.harness_options)  # a missing harness stops the run now
+        check_isolation(config.sandbox)  # so does a sandbox that cannot be isolated
         self.tasks = [t.model_dump() for t in load_suite(config.tasks)]
         if config.task_ids:
             self.tasks = [t for t in self.tasks if t["id"] in set(config.task_ids)]
@@ -102,19 +109,27 @@ class Run:
                 seed=config.policy.engine.seed,
             )
         )
-        self.scheduler = (
-            ray.remote(Scheduler)
-            .options(num_cpus=0)
-            .remote(config.model_dump(), self.policy, self.buffer, self.tasks)
-        )
         self.step, self.version, self.requested, self.lost = 0, 0, 0, 0
         self.saved_step = -1
         ckpt = latest_checkpoint(self.dir) if resume else None
+        cursor = 0
         if ckpt is not None:
             ray.get(self.trainer.load_checkpoint.remote(str(ckpt)))
             self.step = int(ckpt.name.split("_")[1])  # run steps (the trainer skips some)
+            state_file = ckpt / RUN_STATE_FILE
+            if state_file.exists():
+                cursor = int(json.loads(state_file.read_text())["cursor"])
+        self.scheduler = (
+            ray.remote(Scheduler)
+            .options(num_cpus=0)
+            .remote(config.model_dump(), self.policy, self.buffer, self.tasks, cursor=cursor)
+        )
+        if ckpt is not None:
             self.publish()
-            print(f"[forge] resumed from {ckpt} (step {self.step}, version {self.version})")
+            print(
+                f"[forge] resumed from {ckpt} (step {self.step}, version {self.version}, "
+                f"{cursor} tasks drawn)"
+            )
         ray.get(self.scheduler.start.remote())
         if r.mode == "async":
             self.request(r.groups_per_step * (r.max_staleness + 1))
@@ -129,20 +144,29 @@ class Run:
         if self.config.rollout.mode == "sync":
             self.request(k)
             pending = self.scheduler.wait_settled.remote(self.requested)
-            while not ray.wait([pending], timeout=0.5)[0]:
-                progress.collecting(ray.get(self.scheduler.stats.remote()))
+            self._wait(pending, progress)
             settled = ray.get(pending)
             available = settled["groups_buffered"] - self.sampled_total()
             return ray.get(self.buffer.sample.remote(available, self.version, 60.0))
         boxes_ref = self.buffer.sample.remote(k, self.version, 3600.0)
-        while not ray.wait([boxes_ref], timeout=0.5)[0]:
-            progress.collecting(ray.get(self.scheduler.stats.remote()))
+        self._wait(boxes_ref, progress)
         boxes = ray.get(boxes_ref)
         stats = ray.get(self.buffer.stats.remote())
         lost = stats["groups_dropped"] + stats["groups_evicted_stale"] - self.lost
         self.lost += lost
         self.request(len(boxes) + lost)  # keep max_staleness steps of groups in flight
         return boxes
+
+    def _wait(self, ref: Any, progress: Progress) -> None:
+        """Wait for ``ref``, showing progress; raise :class:`CollectionStalled` with what the
+        scheduler waits for when no attempt has settled for ``stall_timeout_s``."""
+        limit = self.config.rollout.stall_timeout_s
+        while not ray.wait([ref], timeout=0.5)[0]:
+            stats = ray.get(self.scheduler.stats.remote(), timeout=60)
+            progress.collecting(stats)
+            if stats["idle_s"] > limit:
+                report = ray.get(self.scheduler.stall_report.remote(), timeout=60)
+                raise CollectionStalled(f"collection stalled at step {self.step + 1}:\n{report}")
 
     def sampled_total(self) -> int:
         return ray.get(self.buffer.stats.remote())["groups_sampled"]
@@ -184,6 +208,8 @@ class Run:
         if self.saved_step == self.step:  # the final save right after a periodic one
             return str(root / f"step_{self.step}")
         path = ray.get(self.trainer.save_checkpoint.remote(str(root / f"step_{self.step}")))
+        cursor = ray.get(self.scheduler.stats.remote())["cursor"]
+        (Path(path) / RUN_STATE_FILE).write_text(json.dumps({"cursor": cursor, "step": self.step}))
         self.saved_step = self.step
         ckpts = sorted(root.glob("step_*"), key=lambda p: int(p.name.split("_")[1]))
         for old in ckpts[: -self.config.keep_checkpoints]:
@@ -199,12 +225,12 @@ class Run:
 def main(config: RunConfig, resume: bool = False) -> int:
     try:
         run = Run(config, resume=resume)
-    except (TaskError, HarnessNotInstalled) as e:
+    except (TaskError, HarnessNotInstalled, IsolationUnavailable) as e:
         print(f"forge run: {e}", file=sys.stderr)
         return 2
     progress = Progress(config, start_step=run.step)
     metrics_file = open(run.dir / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115
-    interrupted = False
+    code = 0
     try:
         while run.step < config.steps:
             t0 = time.perf_counter()
@@ -227,12 +253,38 @@ def main(config: RunConfig, resume: bool = False) -> int:
             )
             metrics_file.write(json.dumps(record) + "\n")
     except KeyboardInterrupt:
-        interrupted = True
+        code = 130
         print("\n[forge] interrupted: stopping attempts, destroying sandboxes ...", flush=True)
+    except CollectionStalled as e:
+        code = 3
+        print(f"\n[forge] {e}", file=sys.stderr, flush=True)
+    except BaseException:
+        code = 1
+        raise  # after the clean-up below, which never hides this error
     finally:
-        if run.step > 0:
-            print(f"[forge] checkpoint: {run.checkpoint()}", flush=True)
-        final = run.shutdown()
+        final = finish(run, code)
         metrics_file.close()
-        progress.summary(run.step, final)
-    return 130 if interrupted else 0
+        if final is not None:
+            progress.summary(run.step, final)
+    return code
+
+
+def finish(run: Run, code: int) -> dict[str, Any] | None:
+    """The last checkpoint, then shutdown, each whatever the other did; an error here is
+    reported, and raised only when the run itself had ended well."""
+    errors: list[BaseException] = []
+    final = None
+    if run.step > 0:
+        try:
+            print(f"[forge] checkpoint: {run.checkpoint()}", flush=True)
+        except Exception as e:
+            errors.append(e)
+            print(f"[forge] final checkpoint failed: {type(e).__name__}: {e}", file=sys.stderr)
+    try:
+        final = run.shutdown()
+    except Exception as e:
+        errors.append(e)
+        print(f"[forge] shutdown failed: {type(e).__name__}: {e}", file=sys.stderr)
+    if errors and code == 0:
+        raise errors[0]
+    return final

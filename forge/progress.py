@@ -19,6 +19,7 @@ class Progress:
         self.last_episodes = 0
         self.start_step = start_step
         self.rewards: list[float] = []
+        self.last: dict[str, Any] = {}  # the scheduler's counts at the previous step
 
     def collecting(self, sched: dict[str, Any]) -> None:
         if not self.tty:
@@ -49,6 +50,7 @@ class Progress:
         )
         record = {
             **{k: v for k, v in train.items() if isinstance(v, (int, float))},
+            **self._episode_counts(sched),
             "trainer_step": train.get("step", 0),
             "train_tokens_per_s": train.get("tokens_per_s", 0.0),
             "step": step,
@@ -78,6 +80,31 @@ class Progress:
             flush=True,
         )
         return record
+
+    def _episode_counts(self, sched: dict[str, Any]) -> dict[str, Any]:
+        """This step's attempts by how they ended, segments per episode and resets by reason.
+
+        ``policy_failures``: episodes the policy ended (``truncated``, reward 0, trained on);
+        ``infra_failures``: attempts that failed for the infrastructure (retried or dropped).
+        """
+        last, self.last = self.last, sched
+
+        def delta(key: str) -> int:
+            return int(sched.get(key, 0)) - int(last.get(key, 0))
+
+        def deltas(key: str) -> dict[str, int]:
+            now, before = sched.get(key, {}), last.get(key, {})
+            return {k: v - before.get(k, 0) for k, v in now.items() if v - before.get(k, 0)}
+
+        episodes = delta("attempts_ok")
+        return {
+            "policy_failures": delta("attempts_truncated"),
+            "infra_failures": delta("attempts_failed"),
+            "truncated": deltas("truncations"),
+            "infra_failure_reasons": deltas("failures"),
+            "segments_per_episode": delta("segments") / episodes if episodes else 0.0,
+            "resets": deltas("resets"),
+        }
 
     def summary(self, step: int, final: dict[str, Any]) -> None:
         took = time.perf_counter() - self.t_start

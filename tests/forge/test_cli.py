@@ -55,7 +55,7 @@ def test_forge_run_trains_checkpoints_and_resumes(tmp_path: Path) -> None:
         "policy.engine.name=scripted",
         "harness_options={}",  # the quickstart's defaults offer no tools; the oracle needs them
         "tasks=smoke",
-        "task_ids=[count_csv_rows]",
+        "task_ids=[count_csv_rows, hello_file, json_extract]",
         "steps=1",
         f"runs_dir={tmp_path}",
         "name=cli",
@@ -69,7 +69,8 @@ def test_forge_run_trains_checkpoints_and_resumes(tmp_path: Path) -> None:
         json.loads(x) for x in (run_dir / "episodes" / "episodes.jsonl").read_text().splitlines()
     ]
     assert len(episodes) == 2
-    assert all(e["task_id"] == "count_csv_rows" and e["reward"] == 1.0 for e in episodes)
+    first_task = episodes[0]["task_id"]
+    assert all(e["task_id"] == first_task and e["reward"] == 1.0 for e in episodes)
     assert all(t["completion_ids"] and t["prompt_ids"] for e in episodes for t in e["turns"])
     assert (run_dir / "config.yaml").exists()
     assert (run_dir / "checkpoints" / "step_1" / "config.json").exists()
@@ -85,6 +86,12 @@ def test_forge_run_trains_checkpoints_and_resumes(tmp_path: Path) -> None:
     assert (run_dir / "checkpoints" / "step_2" / "config.json").exists()
     lines = (run_dir / "episodes" / "episodes.jsonl").read_text().splitlines()
     assert len(lines) == 4
+    # the checkpoint carried the task cursor: the resumed run draws the next task, not the first
+    assert json.loads((run_dir / "checkpoints" / "step_1" / "run_state.json").read_text()) == {
+        "cursor": 1,
+        "step": 1,
+    }
+    assert {json.loads(x)["task_id"] for x in lines[2:]} != {first_task}
 
 
 def _free_port() -> int:
@@ -134,3 +141,33 @@ def test_forge_serve_answers_on_loopback() -> None:
         r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=30)
         call = r.json()["choices"][0]["message"]["tool_calls"][0]["function"]
         assert call["name"] == "bash" and "hello.txt" in call["arguments"]
+
+
+@pytest.mark.slow
+def test_stalled_collection_is_reported_not_waited_on_forever(tmp_path: Path) -> None:
+    """An attempt that never ends (the model's command sleeps for ten minutes) and a short stall
+    timeout: the run stops with what it was waiting for, cleans up, and exits 3."""
+    suite = tmp_path / "slow"
+    suite.mkdir()
+    (suite / "sleeper.yaml").write_text(
+        "id: sleeper\ninstruction: wait\nverifier: {type: file_exists, path: never}\n"
+        "solution: [sleep 600]\nlimits: {max_turns: 4, timeout_s: 900}\n"
+    )
+    args = [
+        *FORGE,
+        "run",
+        "policy.engine.name=scripted",
+        "harness_options={}",
+        f"tasks={suite}",
+        "steps=1",
+        f"runs_dir={tmp_path}",
+        "name=stall",
+        "rollout.group_size=1",
+        "rollout.groups_per_step=1",
+        "rollout.stall_timeout_s=8",
+    ]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=600, env=_env())
+    assert r.returncode == 3, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "collection stalled at step 1" in r.stderr
+    assert "in flight: g" in r.stderr and "of task sleeper on pod-" in r.stderr
+    assert "done: 0 step(s)" in r.stdout  # shutdown ran and the summary was printed
