@@ -8,13 +8,14 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 log() { printf '[setup] %s\n' "$*"; }
 
-# bubblewrap isolates local sandboxes (optional: without it harnesses run unisolated, with a warning)
+# bubblewrap isolates local sandboxes: required by default (sandbox.isolation=required); without it
+# runs stop at once unless their config sets sandbox.isolation=none
 if ! command -v bwrap >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     log "installing bubblewrap (apt)"
-    (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null) || log "bubblewrap not installed: sandboxes will not be isolated"
+    (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null) || log "bubblewrap not installed: runs will stop until it is (apt-get install bubblewrap), or set sandbox.isolation=none to run unisolated"
   else
-    log "bubblewrap not found and cannot install it here: sandboxes will not be isolated"
+    log "bubblewrap not found and cannot install it here: install it (apt-get install bubblewrap, dnf install bubblewrap), or set sandbox.isolation=none to run harnesses unisolated"
   fi
 fi
 
