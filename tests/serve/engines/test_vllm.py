@@ -184,3 +184,15 @@ def test_streams_tokens_as_vllm_samples_them(vllm_policy) -> None:
     assert content == whole.content
     assert chunks[0]["prompt_token_ids"] == whole.prompt_ids
     assert chunks[-1]["choices"][0]["token_ids"] == whole.completion_ids
+
+
+def test_a_prompt_beyond_max_model_len_is_refused_and_max_tokens_clamped(vllm_policy) -> None:
+    """Admission against vLLM's max_model_len (1024): a prompt with no room left is a
+    ContextLengthError (through Ray's wrapper), a large max_tokens is clamped to the room."""
+    from serve.engines.base import ContextLengthError
+
+    with pytest.raises(ContextLengthError) as info:
+        vllm_policy.generate.remote(_chat("x" * 1100)).result()
+    assert info.value.limit == 1024 and info.value.prompt_tokens > 1100
+    out = vllm_policy.generate.remote(_chat("y" * 900, max_tokens=4096, temperature=1.0)).result()
+    assert len(out.prompt_ids) + len(out.completion_ids) <= 1024
