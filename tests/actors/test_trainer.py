@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+import logging
+import math
+import random
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from actors.trainer import Trainer
 from forge.config import TrainerConfig
 from forge.trajectory import assemble
-from forge.types import Episode, SamplingParams, Turn
+from forge.types import Episode, SamplingParams, Segment, Turn
 from serve.engines.base import EngineRequest
 from serve.engines.torch_engine import TorchEngine
 from serve.models import load_model
@@ -25,8 +29,10 @@ def engine() -> TorchEngine:
     return TorchEngine("tiny", seed=SEED)
 
 
-def _turn(engine: TorchEngine, ep: str, index: int, prompt: list[int], seed: int) -> Turn:
-    params = SamplingParams(temperature=1.0, max_tokens=12, seed=seed)
+def _turn(
+    engine: TorchEngine, ep: str, index: int, prompt: list[int], seed: int, temp: float = 1.0
+) -> Turn:
+    params = SamplingParams(temperature=temp, max_tokens=12, seed=seed)
     out = engine.generate_sync([EngineRequest(prompt, params)])[0]
     return Turn(
         ep,
@@ -43,16 +49,21 @@ def _turn(engine: TorchEngine, ep: str, index: int, prompt: list[int], seed: int
         0,
         0.0,
         0.0,
+        temperature=temp,
     )
 
 
-def _episode(engine: TorchEngine, name: str, task: str, reward: float, seed: int) -> Episode:
+def _episode(
+    engine: TorchEngine, name: str, task: str, reward: float, seed: int, temp: float = 1.0
+) -> Episode:
     """Three turns: the second extends the first (tool result masked in between); the third
     starts a new context, so the episode has two segments."""
     enc = engine.tokenizer.encode
-    t0 = _turn(engine, name, 0, enc(f"<task {task}> do it:"), seed)
-    t1 = _turn(engine, name, 1, t0.prompt_ids + t0.completion_ids + enc(" tool says ok."), seed + 1)
-    t2 = _turn(engine, name, 2, enc(f"summary of {task}:"), seed + 2)
+    t0 = _turn(engine, name, 0, enc(f"<task {task}> do it:"), seed, temp)
+    t1 = _turn(
+        engine, name, 1, t0.prompt_ids + t0.completion_ids + enc(" tool says ok."), seed + 1, temp
+    )
+    t2 = _turn(engine, name, 2, enc(f"summary of {task}:"), seed + 2, temp)
     segments, _ = assemble([t0, t1, t2])
     assert len(segments) == 2
     return Episode(
@@ -227,3 +238,149 @@ def test_train_on_takes_replay_buffer_boxes(ray_cluster, groups: list[list[Episo
     m = trainer.train_on(boxes)
     assert m["groups"] == 2 and m["episodes"] == 8 and trainer.version == 1
     assert trainer.train_on([])["updated"] == 0
+
+
+def _bits(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v.detach().contiguous().view(torch.uint8).clone() for k, v in weights.items()}
+
+
+def _opt_bits(trainer: Trainer) -> list[torch.Tensor]:
+    state = trainer.optimizer.state_dict()["state"]
+    return [
+        v.detach().reshape(-1).contiguous().view(torch.uint8).clone()
+        for s in state.values()
+        for v in s.values()
+    ]
+
+
+def _nan_reward(trainer: Trainer, groups: list[list[Episode]]) -> list[list[Episode]]:
+    # a verifier's NaN reward: the group's advantages, then the loss, are NaN
+    return [[replace(groups[0][0], reward=float("nan")), *groups[0][1:]], groups[1]]
+
+
+def _inf_gradient(trainer: Trainer, groups: list[list[Episode]]) -> list[list[Episode]]:
+    # a finite loss whose gradient overflows on one parameter (a torch grad hook)
+    param = next(trainer.model.parameters())
+    param.register_hook(lambda g: g * float("inf"))
+    return groups
+
+
+@pytest.mark.parametrize("poison", [_nan_reward, _inf_gradient])
+def test_nonfinite_step_is_skipped(groups, poison, caplog: pytest.LogCaptureFixture) -> None:
+    trainer = Trainer({}, seed=SEED)
+    trainer.train_step(groups)  # the optimizer has state to keep
+    weights, opt = _bits(trainer.get_weights()), _opt_bits(trainer)
+    bad = poison(trainer, groups)
+    with caplog.at_level(logging.WARNING, logger="actors.trainer"):
+        m = trainer.train_step(bad)
+    assert m["nonfinite_skipped"] == 1 and m["nonfinite_skipped_total"] == 1
+    assert m["updated"] == 0 and m["version"] == 1 and trainer.get_version() == 1
+    assert trainer.step == 1
+    assert not (math.isfinite(m["loss"]) and math.isfinite(m["grad_norm"]))
+    after = _bits(trainer.get_weights())
+    assert all(torch.equal(weights[k], after[k]) for k in weights)  # bit for bit
+    assert all(torch.equal(a, b) for a, b in zip(opt, _opt_bits(trainer), strict=True))
+    assert all(p.grad is None for p in trainer.model.parameters())
+    assert "non-finite" in caplog.text and "skipped" in caplog.text
+    if poison is _nan_reward:  # the trainer recovers on the next clean batch
+        m = trainer.train_step(groups)
+        assert m["updated"] == 1 and trainer.get_version() == 2
+        assert m["nonfinite_skipped"] == 0 and m["nonfinite_skipped_total"] == 1
+
+
+@pytest.fixture(scope="module")
+def hot_groups(engine: TorchEngine) -> list[list[Episode]]:
+    rewards = [1.0, 0.0, 0.0, 1.0]
+    return [
+        [_episode(engine, f"h{i}", "hot", r, 500 + 10 * i, temp=0.7) for i, r in enumerate(rewards)]
+    ]
+
+
+def _segments(groups: list[list[Episode]], **change) -> list[list[Episode]]:
+    def seg(s: Segment) -> Segment:
+        fields = {k: (f(s) if callable(f) else f) for k, f in change.items()}
+        return replace(s, **fields)
+
+    return [[replace(e, segments=[seg(s) for s in e.segments]) for e in g] for g in groups]
+
+
+def _shift(groups: list[list[Episode]], delta: float) -> list[list[Episode]]:
+    """The engine's recorded logprobs moved by ``delta`` on every sampled token."""
+    return _segments(
+        groups,
+        logprobs=lambda s: [lp + delta * m for lp, m in zip(s.logprobs, s.loss_mask, strict=True)],
+    )
+
+
+def test_logprobs_use_the_sampling_temperature(hot_groups: list[list[Episode]]) -> None:
+    assert {s.temperature for g in hot_groups for e in g for s in e.segments} == {0.7}
+    m = Trainer({}, seed=SEED).train_step(hot_groups)
+    assert m["logprob_abs_diff_max"] < 1e-4 and m["logprob_abs_diff_mean"] < 1e-5
+    assert 0 <= m["logprob_kl"] < 1e-8 and abs(m["logprob_kl_k1"]) < 1e-5
+    assert m["ratio_mean"] == pytest.approx(1.0, abs=1e-4) and m["clip_frac"] == 0.0
+    # read at temperature 1, the same tokens are far from the distribution sampled from, and
+    # the entropy (of the tempered distribution) is higher
+    wrong = Trainer({}, seed=SEED).train_step(_segments(hot_groups, temperature=1.0))
+    assert wrong["logprob_abs_diff_mean"] > 100 * m["logprob_abs_diff_mean"] + 0.01
+    assert wrong["logprob_kl"] > 1e-4
+    assert wrong["entropy"] > m["entropy"]
+
+
+def test_gap_metrics_report_an_engine_offset(groups: list[list[Episode]]) -> None:
+    m = Trainer({}, seed=SEED).train_step(_shift(groups, 0.1))
+    assert m["logprob_abs_diff_mean"] == pytest.approx(0.1, abs=1e-4)
+    assert m["logprob_abs_diff_max"] == pytest.approx(0.1, abs=1e-4)
+    assert m["logprob_kl_k1"] == pytest.approx(0.1, abs=1e-4)  # mean(engine - trainer)
+    assert m["logprob_kl"] == pytest.approx(math.exp(-0.1) - 1 + 0.1, rel=1e-2)  # k3
+
+
+def test_tis_weights_the_loss_by_the_capped_engine_gap(groups: list[list[Episode]]) -> None:
+    tis = {"rollout_correction": "tis", "tis_cap": 2.0}
+    base = Trainer({}, seed=SEED).train_step(groups)
+    # with off, an engine that found its tokens less likely moves the PPO ratio itself
+    off = Trainer({}, seed=SEED).train_step(_shift(groups, -0.5))
+    assert off["ratio_mean"] == pytest.approx(math.exp(0.5), rel=1e-3) and off["clip_frac"] > 0
+    assert "tis_weight_mean" not in off
+    # with tis the ratio is the trainer's own (1 before the update) and each token's loss is
+    # weighted by exp(0.5) < cap: the gradient scales by it
+    m = Trainer(tis, seed=SEED).train_step(_shift(groups, -0.5))
+    assert m["ratio_mean"] == pytest.approx(1.0, abs=1e-6) and m["clip_frac"] == 0.0
+    assert m["tis_weight_mean"] == pytest.approx(math.exp(0.5), rel=1e-4)
+    assert m["tis_capped_frac"] == 0.0
+    assert m["grad_norm"] == pytest.approx(math.exp(0.5) * base["grad_norm"], rel=1e-3)
+    # beyond the cap (ratio e > 2) every weight is the cap
+    m = Trainer(tis, seed=SEED).train_step(_shift(groups, -1.0))
+    assert m["tis_capped_frac"] == 1.0 and m["tis_weight_mean"] == pytest.approx(2.0)
+    assert m["grad_norm"] == pytest.approx(2.0 * base["grad_norm"], rel=1e-3)
+    # without a gap, tis is off: the same update (up to rounding, which Adam's first step
+    # ~lr * g / |g| magnifies on entries whose gradient is ~1e-8; see the micro-batch test)
+    a, b = Trainer(tis, seed=SEED), Trainer({}, seed=SEED)
+    assert a.train_step(groups)["tis_weight_mean"] == pytest.approx(1.0, abs=1e-4)
+    b.train_step(groups)
+    wa, wb = a.get_weights(), b.get_weights()
+    assert all(torch.allclose(wa[k], wb[k], atol=5e-5) for k in wa)
+
+
+def test_tis_with_ppo_epochs_keeps_the_first_epochs_old_logprobs(groups) -> None:
+    trainer = Trainer({"rollout_correction": "tis", "ppo_epochs": 3}, seed=SEED)
+    m = trainer.train_step(_shift(groups, -0.5))
+    assert trainer.version == 1 and m["updated"] == 1
+    assert m["ratio_max"] > 1.0  # epochs 2 and 3 compare moved weights to the stored ones
+    assert m["tis_weight_mean"] == pytest.approx(math.exp(0.5), rel=1e-4)
+
+
+def test_checkpoint_carries_rng_states(tmp_path: Path) -> None:
+    trainer = Trainer({}, seed=SEED)
+    torch.manual_seed(123)
+    random.seed(123)
+    np.random.seed(123)
+    path = trainer.save_checkpoint(tmp_path / "ckpt")
+    expected = (torch.rand(4), random.random(), np.random.rand(3))
+    torch.manual_seed(999)
+    random.seed(999)
+    np.random.seed(999)
+    Trainer({}, seed=SEED + 1).load_checkpoint(path)
+    got = (torch.rand(4), random.random(), np.random.rand(3))
+    assert torch.equal(got[0], expected[0])
+    assert got[1] == expected[1]
+    assert np.array_equal(got[2], expected[2])
