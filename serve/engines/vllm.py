@@ -98,6 +98,9 @@ class VllmEngine:
                 tensor_parallel_size=tensor_parallel_size,
                 enforce_eager=device == "cpu",  # no graph compilation on CPU
                 skip_tokenizer_init=True,  # token ids in and out
+                # logprobs of the distribution sampled from (after temperature), the one the
+                # trainer recomputes; raw logprobs would bias every run at temperature != 1
+                logprobs_mode="processed_logprobs",
                 worker_extension_cls="serve.engines.vllm_worker.WeightLoader",
             )
         )

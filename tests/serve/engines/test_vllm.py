@@ -51,21 +51,23 @@ def _state_dict(seed: int):
     return {k: v.clone() for k, v in load_model("tiny", seed=seed)[0].state_dict().items()}
 
 
-def test_tokens_and_logprobs_are_the_models(vllm_policy) -> None:
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_tokens_and_logprobs_are_the_models(vllm_policy, temperature: float) -> None:
     """Token ids in and out, with each sampled token's logprob: the same model in plain torch
-    gives the same logprobs for the same tokens (teacher forcing)."""
+    gives the same logprobs for the same tokens (teacher forcing), at the temperature sampled
+    with (the distribution the trainer recomputes)."""
     import torch
 
     from serve.models import load_model
 
-    out = vllm_policy.generate.remote(_chat("Count to three.", temperature=1.0)).result()
+    out = vllm_policy.generate.remote(_chat("Count to three.", temperature=temperature)).result()
     assert out.completion_ids and len(out.logprobs) == len(out.completion_ids)
     assert out.policy_version == 0
     model, _ = load_model("tiny", seed=0)
     ids = torch.tensor([out.prompt_ids + out.completion_ids])
     with torch.no_grad():
         logits = model(ids).logits[0, len(out.prompt_ids) - 1 : -1].float()
-    ref = torch.log_softmax(logits, -1).gather(1, torch.tensor(out.completion_ids)[:, None])[:, 0]
+    ref = torch.log_softmax(logits / temperature, -1).gather(1, torch.tensor(out.completion_ids)[:, None])[:, 0]
     assert torch.allclose(ref, torch.tensor(out.logprobs), atol=2e-3), (ref, out.logprobs)
 
 
