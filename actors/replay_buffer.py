@@ -1,12 +1,19 @@
 """ReplayBuffer: finished, rewarded GRPO groups, held as Ray object references.
 
 A plain class; ``ray.remote(ReplayBuffer)`` where it is created. Every episode that reaches it is
-appended to ``<run_dir>/episodes/episodes.jsonl`` (and flushed to the OS) before the group is
-acknowledged, so a crash loses nothing that had finished; dropped groups are appended to
-``dropped.jsonl`` with their reason, failed attempts to ``failures.jsonl`` with
-theirs. The trainer samples whole groups, oldest first; a group
+appended to ``<run_dir>/episodes/episodes.jsonl`` (and synced to disk) before the group is
+acknowledged; dropped groups are appended to ``dropped.jsonl`` with their reason, failed attempts
+to ``failures.jsonl`` with theirs. The trainer samples whole groups, oldest first; a group
 whose oldest turn is more than ``max_staleness`` policy versions behind the trainer is evicted
 and counted instead of trained on.
+
+Nothing dispatched goes unaccounted, even when the run dies: the scheduler reports each attempt
+it dispatches (:meth:`dispatched`) to ``attempts.jsonl``, a journal of ids that also notes every
+attempt and group that reaches a record. An attempt that never did (it was running, or had
+finished in a group still open, when the run stopped or crashed) gets a ``failures.jsonl``
+record with reason ``interrupted``, and its unfinished group a ``dropped.jsonl`` one: at
+:meth:`close`, and, after a crash, when a buffer opens the run directory again (``--resume``). A
+record torn by a crash mid-write is cut off when the file is opened again, so every line parses.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from forge.types import Episode
+
+INTERRUPTED = "interrupted"
 
 
 def group_version(group: list[Episode]) -> int:
@@ -33,9 +42,15 @@ class ReplayBuffer:
         self.max_staleness = max_staleness
         self.dir = Path(run_dir) / "episodes"
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._episodes = open(self.dir / "episodes.jsonl", "a", buffering=1)  # noqa: SIM115
-        self._dropped = open(self.dir / "dropped.jsonl", "a", buffering=1)  # noqa: SIM115
-        self._failures = open(self.dir / "failures.jsonl", "a", buffering=1)  # noqa: SIM115
+        names = ("episodes", "dropped", "failures", "attempts")
+        for name in names:
+            cut_torn_tail(self.dir / f"{name}.jsonl")
+        self._episodes, self._dropped, self._failures, self._journal = (
+            open(self.dir / f"{name}.jsonl", "a", buffering=1)  # noqa: SIM115
+            for name in names
+        )
+        self._open_attempts: dict[tuple[str, int], str] = {}  # dispatched, no record yet
+        self._open_groups: set[str] = set()  # an attempt dispatched, no group record yet
         self._groups: deque[tuple[int, list[Any], str]] = deque()
         self._arrived = asyncio.Event()
         self.counts = {
@@ -46,19 +61,116 @@ class ReplayBuffer:
             "groups_dropped": 0,
             "episodes_dropped": 0,
             "attempts_failed": 0,
+            "attempts_interrupted": 0,
+            "groups_interrupted": 0,
         }
+        self._recover()
 
     def _write(self, f: Any, record: dict[str, Any]) -> None:
         f.write(json.dumps(record) + "\n")
         f.flush()
         os.fsync(f.fileno())
 
+    # -- the journal --------------------------------------------------------------------------
+
+    def dispatched(self, group_id: str, episode_id: str, attempt: int) -> None:
+        """An attempt of a training group has started (before it can reach any record)."""
+        self._write(
+            self._journal,
+            {
+                "event": "dispatched",
+                "group_id": group_id,
+                "episode_id": episode_id,
+                "attempt": attempt,
+            },
+        )
+        self._open_attempts[(episode_id, attempt)] = group_id
+        self._open_groups.add(group_id)
+
+    def _recorded(self, group_id: str, episodes: list[Any], closed: bool) -> None:
+        """Note in the journal that these attempts (and the group, if ``closed``) have their
+        records (written and synced just before)."""
+        keys = [(ep["episode_id"], ep["attempt"]) for ep in episodes]
+        tracked = [k for k in keys if self._open_attempts.pop(k, None) is not None]
+        if closed and group_id in self._open_groups:
+            self._open_groups.discard(group_id)
+        elif not tracked:
+            return  # nothing this journal waits for (attempts not reported as dispatched)
+        line = {"event": "recorded", "group_id": group_id, "closed": closed, "attempts": keys}
+        self._journal.write(json.dumps(line) + "\n")  # no sync: the records are synced
+
+    def _recover(self) -> None:
+        """After a crash: attempts the journal saw dispatched but never recorded (and groups
+        never closed) are recorded as interrupted now."""
+        attempts: dict[tuple[str, int], str] = {}
+        groups: set[str] = set()
+        for line in (self.dir / "attempts.jsonl").read_text().splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("event") == "dispatched":
+                attempts[(event["episode_id"], event["attempt"])] = event["group_id"]
+                groups.add(event["group_id"])
+            elif event.get("event") == "recorded":
+                for eid, n in event["attempts"]:
+                    attempts.pop((eid, n), None)
+                if event["closed"]:
+                    groups.discard(event["group_id"])
+        if attempts or groups:
+            # A record may have reached its file before the crash stopped the journal's note.
+            attempts, groups = self._unrecorded(attempts, groups)
+        self._open_attempts, self._open_groups = attempts, groups
+        self._interrupt()
+
+    def _unrecorded(
+        self, attempts: dict[tuple[str, int], str], groups: set[str]
+    ) -> tuple[dict[tuple[str, int], str], set[str]]:
+        ids = {eid for eid, _ in attempts} | groups
+        for name in ("episodes", "dropped", "failures"):
+            for line in (self.dir / f"{name}.jsonl").read_text().splitlines():
+                if not any(i in line for i in ids):
+                    continue
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                eps = rec.get("episodes", []) if name == "dropped" else [rec]
+                for ep in eps:
+                    attempts.pop((ep.get("episode_id"), ep.get("attempt")), None)
+                if name != "failures":
+                    groups.discard(rec.get("group_id"))
+        return attempts, groups
+
+    def _interrupt(self) -> None:
+        """Record every attempt still open as failed (``interrupted``), then every group still
+        open as dropped (``interrupted``)."""
+        for (episode_id, attempt), group_id in sorted(self._open_attempts.items()):
+            ep = Episode(
+                episode_id=episode_id,
+                task_id="?",
+                attempt=attempt,
+                harness="?",
+                reward=0.0,
+                status="failed",
+                failure=INTERRUPTED,
+            )
+            self.log_failure(ep, group_id, INTERRUPTED)
+            self.counts["attempts_interrupted"] += 1
+        for group_id in sorted(self._open_groups):
+            self.drop([], group_id, INTERRUPTED)
+            self.counts["groups_interrupted"] += 1
+
+    # -- records --------------------------------------------------------------------------------
+
     def put(self, group: list[Episode], group_id: str) -> int:
         """Store a finished group; returns the buffer size. Episodes reach disk first."""
         import ray
 
-        for ep in group:
-            self._write(self._episodes, {"group_id": group_id, **ep.to_dict()})
+        records = [{"group_id": group_id, **ep.to_dict()} for ep in group]
+        for record in records:
+            self._write(self._episodes, record)
+        self._recorded(group_id, records, closed=True)
         self.counts["episodes_written"] += len(group)
         self.counts["groups_in"] += 1
         self._groups.append((group_version(group), [ray.put(group)], group_id))
@@ -69,12 +181,15 @@ class ReplayBuffer:
         """A group that will not be trained on (a failure outlived its retries): logged, counted."""
         record = {"group_id": group_id, "reason": reason, "episodes": [e.to_dict() for e in group]}
         self._write(self._dropped, record)
+        self._recorded(group_id, record["episodes"], closed=True)
         self.counts["groups_dropped"] += 1
         self.counts["episodes_dropped"] += len(group)
 
     def log_failure(self, episode: Episode, group_id: str, reason: str) -> None:
         """A failed attempt (retried, or part of a dropped group): on disk with its reason."""
-        self._write(self._failures, {"group_id": group_id, "reason": reason, **episode.to_dict()})
+        record = {"group_id": group_id, "reason": reason, **episode.to_dict()}
+        self._write(self._failures, record)
+        self._recorded(group_id, [record], closed=False)
         self.counts["attempts_failed"] += 1
 
     def _evict_stale(self, trainer_version: int) -> None:
@@ -117,5 +232,34 @@ class ReplayBuffer:
         return {**self.counts, "size": len(self._groups)}
 
     def close(self) -> None:
-        for f in (self._episodes, self._dropped, self._failures):
+        """Record what is still open as interrupted (the run is over), then close the files."""
+        if not self._episodes.closed:
+            self._interrupt()
+        for f in (self._episodes, self._dropped, self._failures, self._journal):
             f.close()
+
+
+def cut_torn_tail(path: Path) -> None:
+    """Cut a last line that lacks its newline (a write torn by a crash): appending after it
+    would glue the next record to it."""
+    try:
+        with open(path, "rb+") as f:
+            size = f.seek(0, os.SEEK_END)
+            if size == 0:
+                return
+            f.seek(size - 1)
+            if f.read(1) == b"\n":
+                return
+            keep = size - 1
+            while keep > 0:  # back to the last newline (files are short-lined near the end)
+                step = min(keep, 1 << 16)
+                f.seek(keep - step)
+                chunk = f.read(step)
+                nl = chunk.rfind(b"\n")
+                if nl >= 0:
+                    keep = keep - step + nl + 1
+                    break
+                keep -= step
+            f.truncate(keep)
+    except FileNotFoundError:
+        return

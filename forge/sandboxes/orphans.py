@@ -2,6 +2,11 @@
 
 Each local sandbox directory holds a ``.forge-labels.json`` beside its workspace: labels (run,
 pod, attempt), the creator's pid and kernel start time, host name and wall-clock deadline.
+
+An orphan's processes go before its directory: every process working in it or started with a
+path in it (the outer ``bwrap`` names the directory in its argv; an unisolated harness and its
+tools work in its workspace) is killed with its process group. Under bwrap the sandbox's own
+processes die with their parent anyway; without isolation nothing else would stop them.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import tempfile
 import time
@@ -65,9 +71,47 @@ def _pid_alive(pid: int, start: str | None) -> bool:
     return start is None or pid_start(pid) in (None, start)
 
 
+def _procs_in(d: Path) -> list[int]:
+    """Processes (not this one) whose working directory or argv lies inside ``d``."""
+    prefix = str(d).rstrip("/") + "/"
+    out = []
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{name}/cwd")
+        except OSError:
+            cwd = ""
+        try:
+            argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        inside = (cwd + "/").startswith(prefix) or any(
+            a.decode(errors="replace").startswith(prefix) for a in argv
+        )
+        if inside:
+            out.append(int(name))
+    return out
+
+
+def kill_processes_in(d: Path) -> int:
+    """SIGKILL every process inside sandbox directory ``d`` (each with its process group, as
+    sandbox commands lead their own); returns how many were found."""
+    pids = _procs_in(d)
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            pgid = os.getpgid(pid)
+            if pgid == pid:  # a session or group leader, as every sandbox exec is
+                os.killpg(pgid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    return len(pids)
+
+
 def reap_orphans(root: str | Path | None = None, run: str | None = None) -> int:
     """Delete sandbox directories under ``root`` (of ``run`` only, when given) whose creator
-    process on this host is dead or whose deadline has passed; return how many were removed."""
+    process on this host is dead or whose deadline has passed, after killing the processes
+    still running in them; return how many were removed."""
     root = Path(root) if root is not None else default_root()
     if not root.is_dir():
         return 0
@@ -84,6 +128,7 @@ def reap_orphans(root: str | Path | None = None, run: str | None = None) -> int:
             int(record.get("pid", 0)), record.get("pid_start")
         )
         if expired or dead:
+            kill_processes_in(d)
             rmtree(d)
             removed += 1
     return removed

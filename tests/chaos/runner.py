@@ -1,0 +1,200 @@
+"""Small, real ``forge run``s for the chaos suite: in this process (the driver's ``Run``, on the
+test session's Ray cluster, so a fault can reach its actors) or as ``forge run`` subprocesses
+(each with a Ray cluster of its own, so the driver itself can be killed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import string
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from forge.config import RunConfig, load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICKSTART = ROOT / "examples" / "quickstart.yaml"
+FORGE = [sys.executable, "-m", "forge.cli"]
+GROUP_SIZE = 2
+
+
+def letters_suite(root: Path) -> Path:
+    """One task whose reward varies within a group even for the untrained model (the share of
+    the reply's characters that are letters), so the trainer steps and publishes every step.
+    128 sampled tokens make an attempt last long enough (seconds) to be hit while it runs."""
+    suite = root / "letters"
+    suite.mkdir(parents=True, exist_ok=True)
+    (suite / "letters.yaml").write_text(
+        "id: letters\n"
+        'instruction: "Reply with a word."\n'
+        f"verifier: {{type: answer_chars, chars: {string.ascii_letters}}}\n"
+        "solution: []\n"
+        "answer: word\n"
+        "limits: {max_turns: 2, timeout_s: 60, max_tokens_per_turn: 128}\n"
+    )
+    return suite
+
+
+def overrides(tmp: Path, name: str, steps: int = 2, timeout_s: float = 30) -> list[str]:
+    """The quickstart, small: 2 groups of 2 per step, a checkpoint every step, short timeouts,
+    sandboxes under ``tmp/sandboxes`` (so the test sees exactly this run's)."""
+    return [
+        f"runs_dir={tmp}",
+        f"name={name}",
+        f"tasks={letters_suite(tmp)}",
+        f"steps={steps}",
+        "checkpoint_every=1",
+        f"rollout.group_size={GROUP_SIZE}",
+        "rollout.groups_per_step=2",
+        "rollout.min_pods=2",
+        "rollout.max_pods=3",
+        "rollout.max_retries=2",
+        "rollout.attempt_timeout_s=90",
+        f"task_limits={{timeout_s: {timeout_s}}}",
+        f"sandbox.root={tmp / 'sandboxes'}",
+    ]
+
+
+def config(tmp: Path, name: str, **kw: Any) -> RunConfig:
+    return load_config(QUICKSTART, overrides(tmp, name, **kw))
+
+
+# -- in this process --------------------------------------------------------------------------
+
+
+class InjectorThread(threading.Thread):
+    """Runs ``inject`` beside the run; its failure is raised by :meth:`result`."""
+
+    def __init__(self, inject: Callable[[], Any]) -> None:
+        super().__init__(name="chaos-injector", daemon=True)
+        self.inject = inject
+        self.value: Any = None
+        self.error: str | None = None
+
+    def run(self) -> None:
+        try:
+            self.value = self.inject()
+        except BaseException:  # reported by result()
+            self.error = traceback.format_exc()
+
+    def result(self, timeout_s: float = 120) -> Any:
+        self.join(timeout_s)
+        if self.is_alive():
+            raise AssertionError("the fault injector did not finish")
+        if self.error:
+            raise AssertionError(f"the fault injector failed:\n{self.error}")
+        return self.value
+
+
+def drive(run: Any, steps: int, before_step: Callable[[int], None] | None = None) -> None:
+    """The driver's loop (as ``forge.driver.main`` runs it): collect -> train -> publish ->
+    checkpoint -> metrics record, ``steps`` times; ``before_step(step)`` arms a fault."""
+    import ray
+
+    from forge.progress import Progress
+
+    progress = Progress(run.config, start_step=run.step)
+    with open(run.dir / "metrics.jsonl", "a", buffering=1) as metrics_file:
+        while run.step < steps:
+            if before_step is not None:
+                before_step(run.step + 1)
+            t0 = time.perf_counter()
+            groups = run.collect(progress)
+            collect_s = time.perf_counter() - t0
+            stats = run.train(groups)
+            stats.update(run.publish())
+            run.step += 1
+            if run.config.checkpoint_every and run.step % run.config.checkpoint_every == 0:
+                run.checkpoint()
+            record = progress.step(
+                run.step,
+                run.version,
+                stats,
+                collect_s,
+                ray.get(run.scheduler.stats.remote()),
+                ray.get(run.buffer.stats.remote()),
+            )
+            metrics_file.write(json.dumps(record) + "\n")
+
+
+def teardown(run: Any) -> None:
+    """Kill what a finished in-process run leaves on the shared cluster (its trainer, buffer,
+    weight store and scheduler), so the next run gets the CPUs."""
+    import ray
+
+    for actor in (
+        getattr(run, "trainer", None),
+        getattr(run, "buffer", None),
+        getattr(run, "scheduler", None),
+        getattr(getattr(run, "sync", None), "store", None),
+    ):
+        if actor is not None:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # already gone
+                pass
+
+
+# -- forge run subprocesses ------------------------------------------------------------------
+
+
+def env() -> dict[str, str]:
+    # A Ray cluster of its own (never the test session's), loopback only.
+    return {
+        **os.environ,
+        "RAY_ADDRESS": "local",
+        "PYTHONUNBUFFERED": "1",
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        "RAY_AUTH_MODE": "disabled",
+    }
+
+
+class ForgeRun:
+    """``forge run ARGS`` as a subprocess in its own session, output to a log file."""
+
+    def __init__(self, args: list[str], log: Path) -> None:
+        self.log = log
+        self._out = open(log, "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [*FORGE, "run", *args],
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            env=env(),
+            cwd=ROOT,
+            start_new_session=True,
+        )
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait(self, timeout_s: float) -> int:
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(
+                f"forge run did not finish in {timeout_s:.0f}s:\n{self.text()[-4000:]}"
+            ) from None
+        finally:
+            self._out.close()
+
+    def kill(self) -> None:
+        """SIGKILL the driver alone (its session's other processes are left to their fate)."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def kill_session(self) -> None:
+        """SIGKILL everything in the driver's session (cleanup after a failed test)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()

@@ -1,0 +1,186 @@
+"""Faults injected into a real run driven in this process (``forge.driver.Run`` on the test
+session's Ray cluster: Serve Policy with the torch engine and the tiny model, HarnessPods, the
+react harness in bubblewrap sandboxes, ReplayBuffer, Trainer), while an attempt is running:
+
+1. a HarnessPod actor killed (``ray.kill`` on one of ``scheduler.pod_actors()``),
+2. a sandbox process killed (the harness inside a running attempt's bwrap, SIGKILL),
+3. a harness hung past its timeout (the harness inside a running attempt, SIGSTOP),
+4. the Policy replica killed (``ray.kill``; Serve starts another).
+
+Each run must finish its steps with every attempt on disk exactly once (or dropped with its
+reason) and no sandbox process or directory left; :mod:`tests.chaos.ledger` checks.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.chaos import runner
+from tests.chaos.ledger import Audit, audit_run
+from tests.chaos.procs import Observer, Proc, alive, harness_procs, poll, signal_proc, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.timeout(600)]
+STEPS = 2
+FAULT_STEP = 2  # the trainer has published once: a replaced replica must catch up
+
+
+@pytest.fixture(scope="module")
+def cluster(ray_cluster: Any) -> Any:
+    yield ray_cluster
+    from ray import serve
+
+    try:
+        serve.delete("forge-policy")
+    except Exception:
+        pass
+
+
+def running_harness(root: Path) -> tuple[Proc, dict[str, Any]]:
+    """The youngest harness process running in a sandbox under ``root`` (the one with the most
+    of its attempt still ahead), with its sandbox's labels."""
+    found = wait_for(
+        "an attempt's harness to be running", lambda: harness_procs(root), timeout_s=180
+    )
+    return max(found, key=lambda pl: int(pl[0].start))
+
+
+def run_with_fault(
+    tmp_path: Path, name: str, fault: Any, **config: Any
+) -> tuple[Audit, dict[str, Any], Any]:
+    """A run of ``STEPS`` steps; at the start of step ``FAULT_STEP``, ``fault(run, root)``
+    runs beside the collection. Returns the audit, the scheduler's final counts and what the
+    fault returned."""
+    from forge.driver import Run
+
+    cfg = runner.config(tmp_path, name, steps=STEPS, **config)
+    root = Path(cfg.sandbox.root)
+    run = Run(cfg)
+    injector: runner.InjectorThread | None = None
+
+    def arm(step: int) -> None:
+        nonlocal injector
+        if step == FAULT_STEP:
+            injector = runner.InjectorThread(lambda: fault(run, root))
+            injector.start()
+
+    try:
+        with Observer(root) as observer:
+            try:
+                runner.drive(run, STEPS, arm)
+            finally:
+                final = run.shutdown()
+            injected = injector.result() if injector else None
+            # A killed process takes a moment to go: a leak is what is still there after 15s.
+            poll(lambda: not observer.leaked(), 15, every=0.2)
+        audit = audit_run(
+            name,
+            cfg.run_dir,
+            observer,
+            runner.GROUP_SIZE,
+            dispatched=final["attempts_dispatched"],
+            steps=STEPS,
+        )
+    finally:
+        runner.teardown(run)
+    return audit, final, injected
+
+
+def assert_clean(audit: Audit) -> None:
+    assert not audit.lost, audit.explain()
+    assert not audit.duplicated, audit.explain()
+    assert not audit.leaked, audit.explain()
+    assert not audit.problems, audit.explain()
+
+
+def retried(audit: Audit, labels: dict[str, Any]) -> bool:
+    """Whether the slot of the attempt ``labels`` names got a later attempt on disk."""
+    return bool(audit.of(labels["episode"], int(labels["attempt"]) + 1))
+
+
+def test_harness_pod_killed_mid_episode(cluster: Any, tmp_path: Path, chaos_row: Any) -> None:
+    import ray
+
+    def kill_pod(run: Any, root: Path) -> dict[str, Any]:
+        proc, labels = running_harness(root)
+        pods = ray.get(run.scheduler.pod_actors.remote())
+        names = ray.get([p.ready.remote() for p in pods])
+        assert labels["pod"] in names, (labels, names)
+        assert alive(proc), "the attempt ended before the fault"
+        ray.kill(pods[names.index(labels["pod"])], no_restart=True)
+        return labels
+
+    audit, final, labels = run_with_fault(tmp_path, "pod-killed", kill_pod)
+    chaos_row(audit)
+    assert_clean(audit)
+    hit = audit.of(labels["episode"], int(labels["attempt"]))
+    assert [(r.file, r.reason) for r in hit] == [("failures.jsonl", "pod_died")], hit
+    assert retried(audit, labels), audit.explain()
+    assert final["pods_replaced"] >= 1, final
+
+
+def test_sandbox_process_killed(cluster: Any, tmp_path: Path, chaos_row: Any) -> None:
+    def kill_harness(run: Any, root: Path) -> dict[str, Any]:
+        proc, labels = running_harness(root)
+        assert signal_proc(proc, signal.SIGKILL), "the attempt ended before the fault"
+        return labels
+
+    audit, _, labels = run_with_fault(tmp_path, "sandbox-killed", kill_harness)
+    chaos_row(audit)
+    assert_clean(audit)
+    hit = audit.of(labels["episode"], int(labels["attempt"]))
+    # The harness died under the attempt: an infrastructure failure, logged and retried.
+    assert len(hit) == 1 and hit[0].file == "failures.jsonl" and hit[0].reason, hit
+    assert retried(audit, labels), audit.explain()
+
+
+def test_harness_hung_past_its_timeout(cluster: Any, tmp_path: Path, chaos_row: Any) -> None:
+    def freeze_harness(run: Any, root: Path) -> dict[str, Any]:
+        proc, labels = running_harness(root)
+        assert signal_proc(proc, signal.SIGSTOP), "the attempt ended before the fault"
+        return labels
+
+    audit, _, labels = run_with_fault(tmp_path, "harness-hung", freeze_harness, timeout_s=12)
+    chaos_row(audit)
+    assert_clean(audit)
+    hit = audit.of(labels["episode"], int(labels["attempt"]))
+    # Killed at the task's timeout and recorded once: "harness_hung" (a failed attempt, retried:
+    # it never got an answer from the model) or "timeout" (a truncated episode, scored 0: it had
+    # one, so the policy may be what it waited on).
+    assert len(hit) == 1 and hit[0].reason in ("harness_hung", "timeout"), hit
+    if hit[0].reason == "harness_hung":
+        assert hit[0].file == "failures.jsonl" and retried(audit, labels), audit.explain()
+
+
+def test_policy_replica_killed(cluster: Any, tmp_path: Path, chaos_row: Any) -> None:
+    import ray
+
+    def replicas() -> list[str]:
+        """The live Policy replicas' actor names (Serve names each replica's actor)."""
+        return [
+            a["name"]
+            for a in ray.util.list_named_actors(all_namespaces=True)
+            if a["namespace"] == "serve" and "forge-policy#Policy" in a["name"]
+        ]
+
+    def kill_replica(run: Any, root: Path) -> dict[str, Any]:
+        running_harness(root)
+        (old,) = replicas()
+        ray.kill(ray.get_actor(old, namespace="serve"), no_restart=True)
+        new = wait_for(
+            "Serve to start another Policy replica",
+            lambda: [name for name in replicas() if name != old],
+            timeout_s=180,
+            every=1.0,
+        )
+        return {"old": old, "new": new[0]}
+
+    audit, final, names = run_with_fault(tmp_path, "policy-replica-killed", kill_replica)
+    chaos_row(audit)
+    assert_clean(audit)
+    assert names["old"] != names["new"]
+    # What the dead replica was answering failed as an infrastructure error and was retried.
+    assert final["attempts_failed"] >= 1, final

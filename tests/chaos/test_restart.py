@@ -1,0 +1,134 @@
+"""Faults that end a ``forge run`` process, then ``forge run --resume`` finishes the run:
+
+5. the Trainer actor killed (its worker process SIGKILLed mid-run): the run stops, the resumed
+   run continues from the last checkpoint (``checkpoint_every=1``);
+6. the driver SIGKILLed mid-collection: its Ray cluster goes with it, leaving the sandboxes of
+   the attempts it was running as orphans; the resumed run's reconcile pass reaps them.
+
+Each ``forge run`` is a subprocess with a Ray cluster of its own. Afterwards every attempt that
+got a sandbox in either process is on disk exactly once (or dropped with its reason), no sandbox
+process or directory is left, and the run has recorded each of its steps once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.chaos import runner
+from tests.chaos.ledger import audit_run
+from tests.chaos.procs import Observer, all_procs, harness_procs, poll, signal_proc, wait_for
+from tests.chaos.test_in_process import assert_clean
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+STEPS = 3
+RUN_TIMEOUT_S = 600
+
+
+def descendants(pid: int) -> list[Any]:
+    procs = all_procs()
+    children: dict[int, list[int]] = {}
+    for p in procs.values():
+        children.setdefault(p.ppid, []).append(p.pid)
+    out, stack = [], list(children.get(pid, []))
+    while stack:
+        p = procs.get(stack.pop())
+        if p is not None:
+            out.append(p)
+            stack.extend(children.get(p.pid, []))
+    return out
+
+
+def session(sid: int) -> list[int]:
+    """Live processes of session ``sid`` (a ``forge run`` started in its own session)."""
+    out = []
+    for p in all_procs().values():
+        try:
+            fields = Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            out.append(p.pid)
+    return out
+
+
+def in_step(run_dir: Path, root: Path, step: int) -> bool:
+    """Collecting step ``step``: its checkpoint before is there and an attempt is running."""
+    before = run_dir / "checkpoints" / f"step_{step - 1}" / "trainer_state.json"
+    return before.exists() and bool(harness_procs(root))
+
+
+def test_trainer_killed_then_resumed(tmp_path: Path, chaos_row: Any) -> None:
+    args = [str(runner.QUICKSTART), *runner.overrides(tmp_path, "trainer-killed", steps=STEPS)]
+    run_dir, root = tmp_path / "trainer-killed", tmp_path / "sandboxes"
+    with Observer(root) as observer:
+        first = runner.ForgeRun(args, tmp_path / "first.log")
+        try:
+            wait_for("step 2 to be collecting", lambda: in_step(run_dir, root, 2), RUN_TIMEOUT_S)
+            trainer = wait_for(
+                "the Trainer actor's process",
+                lambda: [
+                    p for p in descendants(first.proc.pid) if p.argv[0].startswith("ray::Trainer")
+                ],
+                60,
+            )
+            assert signal_proc(trainer[0], signal.SIGKILL)
+            rc = first.wait(RUN_TIMEOUT_S)
+        finally:
+            first.kill_session()
+        out = first.text()
+        assert rc != 0, out[-3000:]  # the run stops, saying why
+        assert re.search(r"Trainer|ActorDied|actor died", out), out[-3000:]
+        again = runner.ForgeRun(
+            ["--resume", str(run_dir), f"steps={STEPS}"], tmp_path / "resumed.log"
+        )
+        try:
+            rc = again.wait(RUN_TIMEOUT_S)
+        finally:
+            again.kill_session()
+        out = again.text()
+        assert rc == 0, out[-3000:]
+        assert "resumed from" in out and "step_1" in out, out[-3000:]
+        poll(lambda: not observer.leaked(), 15, every=0.2)
+    audit = audit_run("trainer-killed", run_dir, observer, runner.GROUP_SIZE, steps=STEPS)
+    chaos_row(audit)
+    assert_clean(audit)
+
+
+def test_driver_sigkilled_then_resumed(tmp_path: Path, chaos_row: Any) -> None:
+    args = [str(runner.QUICKSTART), *runner.overrides(tmp_path, "driver-killed", steps=STEPS)]
+    run_dir, root = tmp_path / "driver-killed", tmp_path / "sandboxes"
+    with Observer(root) as observer:
+        first = runner.ForgeRun(args, tmp_path / "first.log")
+        try:
+            wait_for("step 2 to be collecting", lambda: in_step(run_dir, root, 2), RUN_TIMEOUT_S)
+            first.kill()  # SIGKILL: no finally, no atexit, no shutdown
+            # Its local Ray cluster shares its fate: the raylet, the actors and their sandbox
+            # processes go; the sandboxes' directories stay, as orphans.
+            left = poll(lambda: not session(first.proc.pid), 120, every=0.5)
+            assert left, f"processes of the killed run still alive: {session(first.proc.pid)}"
+        finally:
+            first.kill_session()
+        orphans = sorted(d.name for d in root.iterdir()) if root.is_dir() else []
+        assert orphans, "the driver was killed mid-attempt: its sandboxes should be orphans"
+        again = runner.ForgeRun(
+            ["--resume", str(run_dir), f"steps={STEPS}"], tmp_path / "resumed.log"
+        )
+        try:
+            rc = again.wait(RUN_TIMEOUT_S)
+        finally:
+            again.kill_session()
+        out = again.text()
+        assert rc == 0, out[-3000:]
+        reaped = re.search(r"reaped (\d+) orphaned sandbox", out)
+        assert reaped and int(reaped.group(1)) >= len(orphans), (orphans, out[-3000:])
+        poll(lambda: not observer.leaked(), 15, every=0.2)
+    audit = audit_run("driver-killed", run_dir, observer, runner.GROUP_SIZE, steps=STEPS)
+    chaos_row(audit)
+    assert_clean(audit)
+    assert os.path.isdir(run_dir / "checkpoints" / f"step_{STEPS}")
