@@ -312,7 +312,7 @@ def parse_json_object(text: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-_MEDIA_PARTS = {
+_MEDIA_PARTS = (  # a tuple: a client's unhashable value is just not in it
     "image_url",
     "input_image",
     "image",
@@ -322,7 +322,7 @@ _MEDIA_PARTS = {
     "document",
     "audio",
     "video",
-}
+)
 
 
 def text_content(

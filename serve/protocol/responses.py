@@ -53,7 +53,7 @@ GRAMMAR_CHARS = 4000
 _ROLES = ("user", "system", "developer", "assistant")
 _TEXT_PARTS = ("input_text", "output_text", "text")
 # History items that carry nothing the policy can read back; skipped.
-_SKIPPED_ITEMS = {
+_SKIPPED_ITEMS = (  # a tuple: a client's unhashable value is just not in it
     "reasoning",
     "web_search_call",
     "tool_search_call",
@@ -62,7 +62,7 @@ _SKIPPED_ITEMS = {
     "compaction",
     "compaction_summary",
     "ghost_snapshot",
-}
+)
 _ECHOED = (
     "tool_choice",
     "parallel_tool_calls",

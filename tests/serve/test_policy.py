@@ -246,3 +246,15 @@ def test_vllm_without_its_environment_names_the_fix(monkeypatch, tmp_path) -> No
     monkeypatch.setenv("FORGE_VLLM_PYTHON", str(tmp_path / "missing" / "python"))
     with pytest.raises(RuntimeError, match=r"scripts/setup_vllm\.sh"):
         policy_app(PolicyConfig(engine={"name": "vllm"}))
+
+
+def test_unparseable_tool_calls_stay_text_and_are_counted() -> None:
+    policy = scripted_policy()
+    broken = '<tool_call>\n{"name": "shell", "arguments": {"command": "ls"\n</tool_call>'
+    policy.engine = FixedTextEngine(policy.tokenizer, f"{CALL_TEXT}\n{broken}")
+    out = asyncio.run(policy.generate(chat(tools=[SHELL], max_tokens=256)))
+    assert [c.name for c in out.tool_calls] == ["shell"]
+    assert out.invalid_tool_calls == 1
+    assert broken in out.content
+    plain = asyncio.run(policy.generate(chat(tools=[], max_tokens=256)))
+    assert plain.invalid_tool_calls == 0  # no tools offered: the text is only text
