@@ -159,8 +159,13 @@ def error_body(protocol: WireProtocol, err: ProtocolError) -> dict[str, Any]:
 # Server-sent events
 
 
+# Characters JSON leaves raw that some line readers take for line breaks: escaped in events.
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 def dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    """Compact JSON for one event's data: one line for any reader."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).translate(_LINE_BREAKS)
 
 
 def sse_data(obj: Any) -> bytes:

@@ -8,6 +8,7 @@ thousand inputs in all); the seed is fixed (``derandomize``), so a failure repro
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 from typing import Any
@@ -15,7 +16,9 @@ from typing import Any
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-DEFAULT_EXAMPLES = 150
+from serve.protocol.body import MAX_JSON_DEPTH
+
+DEFAULT_EXAMPLES = 250
 
 
 def fuzz_settings(share: float = 1.0) -> settings:
@@ -327,3 +330,33 @@ def message_field(message: str) -> str | None:
     """The field an error message starts with (``"messages[0].role: expected ..."``)."""
     m = FIELD_MESSAGE.match(message)
     return m.group("field") if m else None
+
+
+@st.composite
+def raw_bodies(draw: st.DrawFn) -> bytes:
+    """Bytes a client may send: JSON of any value, truncated or spliced JSON, hostile
+    constants, deep nesting, other encodings, random bytes."""
+    seed = json.dumps(draw(st.sampled_from([b for seeds in SEEDS.values() for b in seeds])))
+    kind = draw(st.integers(0, 7))
+    if kind == 0:
+        value = draw(st.one_of(values, st.dictionaries(keys, values, max_size=5)))
+        return json.dumps(value, ensure_ascii=draw(st.booleans())).encode("utf-8", "surrogatepass")
+    if kind == 1:
+        return seed.encode()[: draw(st.integers(0, len(seed)))]
+    if kind == 2:
+        hostile = ["NaN", "-Infinity", "1e999", "-1e400", '"\\ud800"', '"\\udc00x"', "1" * 5000]
+        at = draw(st.integers(0, len(seed)))
+        return (seed[:at] + draw(st.sampled_from(hostile)) + seed[at:]).encode()
+    if kind == 3:
+        depth = draw(st.sampled_from([MAX_JSON_DEPTH - 1, MAX_JSON_DEPTH, 500, 100_000]))
+        inner = draw(st.sampled_from(["[", '{"a":']))
+        close = "]" if inner == "[" else "}"
+        body = '{"model":' + inner * depth + "1" + close * depth + "}"
+        return body.encode()[: draw(st.sampled_from([None, len(body) // 2]))]
+    if kind == 4:
+        return seed.encode(draw(st.sampled_from(["utf-16", "utf-32", "latin-1", "utf-8-sig"])))
+    if kind == 5:
+        return draw(st.binary(max_size=64))
+    if kind == 6:  # a key or value with a lone surrogate in raw (surrogatepass) UTF-8
+        return seed.replace('"model"', '"mo\ud800del"').encode("utf-8", "surrogatepass")
+    return json.dumps(draw(nested())).encode()

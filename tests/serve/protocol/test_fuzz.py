@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from serve.chat_template import render
 from serve.protocol import anthropic, chat, responses
-from serve.protocol.body import MAX_JSON_DEPTH, parse_body
+from serve.protocol.body import parse_body
 from serve.protocol.common import ProtocolError
 from tests.serve.fuzzing import (
     FIELD_NAMES,
@@ -25,7 +25,7 @@ from tests.serve.fuzzing import (
     keys,
     mutated,
     names_mutation,
-    nested,
+    raw_bodies,
     values,
 )
 
@@ -88,36 +88,6 @@ def test_any_object_is_accepted_or_named(protocol: str, body: dict[str, Any]) ->
 def safe_to_echo(body: dict[str, Any]) -> None:
     """What every later step does with a body: write it back as strict UTF-8 JSON."""
     json.dumps(body, ensure_ascii=False, allow_nan=False).encode("utf-8")
-
-
-@st.composite
-def raw_bodies(draw: st.DrawFn) -> bytes:
-    """Bytes a client may send: JSON of any value, truncated or spliced JSON, hostile
-    constants, deep nesting, other encodings, random bytes."""
-    seed = json.dumps(draw(st.sampled_from([b for seeds in SEEDS.values() for b in seeds])))
-    kind = draw(st.integers(0, 7))
-    if kind == 0:
-        value = draw(st.one_of(values, st.dictionaries(keys, values, max_size=5)))
-        return json.dumps(value, ensure_ascii=draw(st.booleans())).encode("utf-8", "surrogatepass")
-    if kind == 1:
-        return seed.encode()[: draw(st.integers(0, len(seed)))]
-    if kind == 2:
-        hostile = ["NaN", "-Infinity", "1e999", "-1e400", '"\\ud800"', '"\\udc00x"', "1" * 5000]
-        at = draw(st.integers(0, len(seed)))
-        return (seed[:at] + draw(st.sampled_from(hostile)) + seed[at:]).encode()
-    if kind == 3:
-        depth = draw(st.sampled_from([MAX_JSON_DEPTH - 1, MAX_JSON_DEPTH, 500, 100_000]))
-        inner = draw(st.sampled_from(["[", '{"a":']))
-        close = "]" if inner == "[" else "}"
-        body = '{"model":' + inner * depth + "1" + close * depth + "}"
-        return body.encode()[: draw(st.sampled_from([None, len(body) // 2]))]
-    if kind == 4:
-        return seed.encode(draw(st.sampled_from(["utf-16", "utf-32", "latin-1", "utf-8-sig"])))
-    if kind == 5:
-        return draw(st.binary(max_size=64))
-    if kind == 6:  # a key or value with a lone surrogate in raw (surrogatepass) UTF-8
-        return seed.replace('"model"', '"mo\ud800del"').encode("utf-8", "surrogatepass")
-    return json.dumps(draw(nested())).encode()
 
 
 @fuzz_settings()
