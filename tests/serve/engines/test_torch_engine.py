@@ -39,12 +39,15 @@ def run(engine: TorchEngine, requests: list[EngineRequest]) -> list[EngineOutput
 
 
 def recompute_logprobs(
-    engine: TorchEngine, prompt: list[int], completion: list[int]
+    engine: TorchEngine, prompt: list[int], completion: list[int], temperature: float = 0.0
 ) -> list[float]:
-    """The model's log-probability of each completion token, from one plain forward pass."""
+    """The log-probability of each completion token under the model's logits divided by
+    ``temperature`` (raw when greedy), from one plain forward pass."""
     full = torch.tensor([prompt + completion])
     with torch.no_grad():
         logits = engine.model(input_ids=full).logits[0].float()
+    if temperature > 0:
+        logits = logits / temperature
     logp = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)
     return logp.gather(1, torch.tensor(completion).unsqueeze(1)).squeeze(1).tolist()
 
@@ -177,7 +180,8 @@ def test_logprobs_are_the_models_own(engine: TorchEngine, sampling: dict[str, An
     for p, out in zip(prompts, outs, strict=True):
         assert len(out.logprobs) == len(out.completion_ids) > 0
         assert all(lp <= 0.0 for lp in out.logprobs)
-        expected = recompute_logprobs(engine, p, out.completion_ids)
+        temperature = sampling["temperature"]  # the engine records the tempered logprobs
+        expected = recompute_logprobs(engine, p, out.completion_ids, temperature)
         assert out.logprobs == pytest.approx(expected, abs=1e-4)
 
 
