@@ -102,6 +102,22 @@ def sandbox_procs(root: Path) -> list[Proc]:
     return sorted(out.values(), key=lambda p: p.pid)
 
 
+def session(sid: int) -> list[int]:
+    """Live (not zombie) processes of session ``sid``."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{name}/stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 2 :].split()
+        if int(fields[3]) == sid and fields[0] != "Z":
+            out.append(int(name))
+    return out
+
+
 def alive(p: Proc) -> bool:
     st = _stat(p.pid)  # a zombie (Z) has exited: it only waits for its parent to reap it
     return st is not None and st[1] == p.start and st[2] != "Z"
@@ -127,6 +143,24 @@ def harness_procs(root: Path) -> list[tuple[Proc, dict[str, Any]]]:
             if found:
                 out.append((p, found))
     return out
+
+
+def calling_model(p: Proc) -> bool:
+    """Whether ``p`` (a harness in its sandbox's network namespace) has a connection open to
+    its proxy's port: a model call in flight."""
+    from forge.sandboxes.base import SandboxSpec
+
+    port = f"{SandboxSpec().proxy_port:04X}"
+    try:
+        table = Path(f"/proc/{p.pid}/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return False
+    for row in table:
+        cols = row.split()
+        # local, remote (hex ip:port), state 01 = ESTABLISHED; the client's side of the call
+        if len(cols) > 3 and cols[2].endswith(":" + port) and cols[3] == "01":
+            return True
+    return False
 
 
 def signal_proc(p: Proc, sig: int = signal.SIGKILL) -> bool:
@@ -166,7 +200,7 @@ class Observer:
     reads the file system and /proc, not the run's own records."""
 
     root: Path
-    every: float = 0.05
+    every: float = 0.1
     attempts: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     procs: dict[tuple[int, str], Proc] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)

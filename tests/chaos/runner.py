@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from forge.config import RunConfig, load_config
+from tests.chaos.procs import session
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"
@@ -192,9 +193,11 @@ class ForgeRun:
             self.proc.wait()
 
     def kill_session(self) -> None:
-        """SIGKILL everything in the driver's session (cleanup after a failed test)."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        """SIGKILL the driver and everything it started (its session: the local Ray cluster's
+        processes and actors; sandboxes lead sessions of their own), all at once."""
+        for pid in [self.proc.pid, *session(self.proc.pid)]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         self.proc.wait()

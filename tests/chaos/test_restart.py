@@ -2,8 +2,12 @@
 
 5. the Trainer actor killed (its worker process SIGKILLed mid-run): the run stops, the resumed
    run continues from the last checkpoint (``checkpoint_every=1``);
-6. the driver SIGKILLed mid-collection: its Ray cluster goes with it, leaving the sandboxes of
-   the attempts it was running as orphans; the resumed run's reconcile pass reaps them.
+6. the driver SIGKILLed mid-collection, with everything it started (its local Ray cluster: GCS,
+   raylet, actors), in one instant, as when the machine or container it runs in dies. The
+   sandboxes of the attempts it was running are left as orphans (their processes die with their
+   pods: bwrap's --die-with-parent); the resumed run's reconcile pass reaps them. (SIGKILL of
+   the driver alone lets Ray stop its actors, whose sandboxes are destroyed on the way out, so
+   it leaves no orphan to reconcile; its attempts are accounted for all the same.)
 
 Each ``forge run`` is a subprocess with a Ray cluster of its own. Afterwards every attempt that
 got a sandbox in either process is on disk exactly once (or dropped with its reason), no sandbox
@@ -22,11 +26,19 @@ import pytest
 
 from tests.chaos import runner
 from tests.chaos.ledger import audit_run
-from tests.chaos.procs import Observer, all_procs, harness_procs, poll, signal_proc, wait_for
+from tests.chaos.procs import (
+    Observer,
+    all_procs,
+    harness_procs,
+    poll,
+    session,
+    signal_proc,
+    wait_for,
+)
 from tests.chaos.test_in_process import assert_clean
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
-STEPS = 3
+STEPS = 2
 RUN_TIMEOUT_S = 600
 
 
@@ -41,19 +53,6 @@ def descendants(pid: int) -> list[Any]:
         if p is not None:
             out.append(p)
             stack.extend(children.get(p.pid, []))
-    return out
-
-
-def session(sid: int) -> list[int]:
-    """Live processes of session ``sid`` (a ``forge run`` started in its own session)."""
-    out = []
-    for p in all_procs().values():
-        try:
-            fields = Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid and fields[0] != "Z":
-            out.append(p.pid)
     return out
 
 
@@ -107,9 +106,9 @@ def test_driver_sigkilled_then_resumed(tmp_path: Path, chaos_row: Any) -> None:
         first = runner.ForgeRun(args, tmp_path / "first.log")
         try:
             wait_for("step 2 to be collecting", lambda: in_step(run_dir, root, 2), RUN_TIMEOUT_S)
-            first.kill()  # SIGKILL: no finally, no atexit, no shutdown
-            # Its local Ray cluster shares its fate: the raylet, the actors and their sandbox
-            # processes go; the sandboxes' directories stay, as orphans.
+            # SIGKILL to the driver's process group: no finally, no atexit, no shutdown, and no
+            # actor outlives it long enough to clean up after itself.
+            first.kill_session()
             left = poll(lambda: not session(first.proc.pid), 120, every=0.5)
             assert left, f"processes of the killed run still alive: {session(first.proc.pid)}"
         finally:
