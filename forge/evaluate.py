@@ -66,7 +66,9 @@ def score(
         "segments_mean": sum(len(ep.segments) for ep in episodes) / max(1, len(episodes)),
         "resets": {r: n for r, n in resets.items() if n},
         "wire": wire_fidelity(episodes),
-        "failures": dict(failures),  # by reason
+        "failures": dict(failures),  # infrastructure, by reason
+        # the policy ended these (context full, turn or token limit, timeout): scored 0
+        "truncated": dict(Counter(ep.truncated for ep in episodes if ep.truncated)),
         "failed_tasks": sorted(t for t in tasks if passed[t] < k),
     }
 
@@ -78,17 +80,18 @@ def _share(value: float | None) -> str:
 def table(results: dict[str, dict[str, Any]]) -> str:
     lines = [
         "| harness | pass@1 | pass@k | pass^k | k | episodes | mean turns | segments/ep "
-        "| args verbatim | history kept | failures |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| args verbatim | history kept | truncated | failures |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in results.items():
         fails = ", ".join(f"{k} {v}" for k, v in r["failures"].items()) or "-"
+        cut = ", ".join(f"{k} {v}" for k, v in r.get("truncated", {}).items()) or "-"
         wire = r.get("wire", {})
         lines.append(
             f"| {name} | {r['pass@1']:.3f} | {r['pass@k']:.3f} | {r['pass^k']:.3f} | {r['k']} "
             f"| {r['episodes']} | {r['turns_mean']:.1f} | {r.get('segments_mean', 0):.2f} "
             f"| {_share(wire.get('args_verbatim'))} | {_share(wire.get('history_kept'))} "
-            f"| {fails} |"
+            f"| {cut} | {fails} |"
         )
     return "\n".join(lines)
 
