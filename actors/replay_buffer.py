@@ -14,6 +14,8 @@ finished in a group still open, when the run stopped or crashed) gets a ``failur
 record with reason ``interrupted``, and its unfinished group a ``dropped.jsonl`` one: at
 :meth:`close`, and, after a crash, when a buffer opens the run directory again (``--resume``). A
 record torn by a crash mid-write is cut off when the file is opened again, so every line parses.
+Groups still in the buffer at :meth:`close` (never trained on) are marked ``untrained`` in
+``dropped.jsonl`` (like ``stale`` ones, by ``group_id``: their episodes are in ``episodes.jsonl``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 from forge.types import Episode
 
 INTERRUPTED = "interrupted"
+UNTRAINED = "untrained"  # buffered, never sampled: the run ended first (episodes.jsonl has them)
 
 
 def group_version(group: list[Episode]) -> int:
@@ -63,6 +66,7 @@ class ReplayBuffer:
             "attempts_failed": 0,
             "attempts_interrupted": 0,
             "groups_interrupted": 0,
+            "groups_untrained": 0,
         }
         self._recover()
 
@@ -232,9 +236,14 @@ class ReplayBuffer:
         return {**self.counts, "size": len(self._groups)}
 
     def close(self) -> None:
-        """Record what is still open as interrupted (the run is over), then close the files."""
+        """Record what is still open as interrupted and the groups never sampled as
+        ``untrained`` (the run is over), then close the files."""
         if not self._episodes.closed:
             self._interrupt()
+            for _, _, group_id in self._groups:
+                self._write(self._dropped, {"group_id": group_id, "reason": UNTRAINED})
+                self.counts["groups_untrained"] += 1
+            self._groups.clear()
         for f in (self._episodes, self._dropped, self._failures, self._journal):
             f.close()
 

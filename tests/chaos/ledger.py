@@ -76,7 +76,8 @@ class Audit:
             items = getattr(self, name)
             if items:
                 parts.append(f"{name} ({len(items)}):\n  " + "\n  ".join(items[:20]))
-        return f"[{self.fault}] " + ("\n".join(parts) or "clean")
+        bad = self.lost or self.duplicated or self.leaked or self.problems
+        return f"[{self.fault}] " + ("" if bad else "clean\n") + "\n".join(parts)
 
 
 def _lines(path: Path, audit: Audit) -> list[dict[str, Any]]:
@@ -181,6 +182,11 @@ def audit_run(
         slots = sorted(int(r.episode_id.rsplit("-", 1)[1]) for r in recs)
         if slots != list(range(group_size)):
             audit.problems.append(f"buffered group {gid} has slots {slots}")
+    reasons = Counter(f"{r.file}:{r.reason}" for r in audit.records if r.reason)
+    if reasons:
+        audit.notes.append(
+            "records with a reason: " + ", ".join(f"{k} x{v}" for k, v in sorted(reasons.items()))
+        )
     audit.leaked = observer.leaked()
     metrics = run_dir / "metrics.jsonl"
     if metrics.exists():

@@ -141,3 +141,28 @@ def test_reap_orphans_kills_the_processes_of_an_orphaned_sandbox(tmp_path: Path)
         if harness.poll() is None:
             os.killpg(harness.pid, 9)
         harness.wait()
+
+
+def ok(episode_id: str) -> Episode:
+    return Episode(
+        episode_id=episode_id,
+        task_id="t",
+        attempt=0,
+        harness="react",
+        reward=1.0,
+        status="ok",
+    )
+
+
+def test_groups_never_trained_are_marked_untrained_at_close(ray_cluster, tmp_path: Path) -> None:
+    import asyncio
+
+    buffer = ReplayBuffer(str(tmp_path), capacity=8, max_staleness=10)
+    for gid in ("g1", "g2"):
+        buffer.dispatched(gid, f"{gid}-0", 0)
+        buffer.put([ok(f"{gid}-0")], gid)
+    assert len(asyncio.run(buffer.sample(1, 0, None))) == 1  # g1 is trained on
+    buffer.close()
+    dropped = lines(tmp_path / "episodes" / "dropped.jsonl")
+    assert dropped == [{"group_id": "g2", "reason": "untrained"}]
+    assert [r.episode_id for r in records(tmp_path).records] == ["g1-0", "g2-0"]
