@@ -9,6 +9,11 @@ mappings that must all pass::
 
 :data:`VERIFIERS` maps each ``type`` to its class (one module per family); a class's pydantic
 fields are the spec's fields and unknown ones are rejected.
+
+In an episode, verifiers never run where the agent ran: :func:`rewards.runner.run_verifier`
+copies the agent's workspace out, destroys its sandbox and runs them in fresh sandboxes with a
+clean interpreter, home and PATH (DESIGN.md decision 10). :func:`verify` runs a spec against
+whatever sandbox it is given (tests, tools).
 """
 
 from __future__ import annotations
@@ -103,7 +108,8 @@ def validate_spec(spec: Any) -> None:
 def verify(
     spec: VerifierSpec | list[VerifierSpec], sandbox: Sandbox, final_answer: str | None
 ) -> Verdict:
-    """Build the spec's verifier and run it against ``sandbox`` and the final answer."""
+    """Build the spec's verifier and run it against ``sandbox`` and the final answer, in place
+    (an episode uses :func:`rewards.runner.run_verifier` instead)."""
     return build_verifier(spec).verify(sandbox, final_answer)
 
 
