@@ -76,6 +76,7 @@ INSTALL_HINT = (
 ETC_RESCAN_S = 60.0
 
 _probe_lock = threading.Lock()
+_etc_lock = threading.Lock()  # not _probe_lock: the probe builds /etc arguments while holding it
 _probe_result: str | None = None  # "" once bwrap works here, else why not
 _etc_cache: tuple[float, list[str]] | None = None  # (when, bwrap arguments for /etc)
 
@@ -171,7 +172,7 @@ def _etc_host_args() -> list[str]:
     ``ETC_RESCAN_S`` (globbing them costs ~1.5 ms, more than the rest of an exec's set-up)."""
     global _etc_cache
     now = time.monotonic()
-    with _probe_lock:
+    with _etc_lock:
         if _etc_cache is not None and now - _etc_cache[0] < ETC_RESCAN_S:
             return list(_etc_cache[1])
     args = ["--dir", "/etc"]
@@ -189,7 +190,7 @@ def _etc_host_args() -> list[str]:
             args += ["--symlink", os.readlink(host), host]
         else:
             args += ["--ro-bind", host, host]
-    with _probe_lock:
+    with _etc_lock:
         _etc_cache = (now, args)
     return list(args)
 
