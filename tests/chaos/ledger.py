@@ -104,7 +104,7 @@ def read_records(run_dir: Path, audit: Audit) -> None:
                 rec["episode_id"],
                 rec["attempt"],
                 rec.get("status", "?"),
-                rec.get("failure"),
+                rec.get("failure") or rec.get("truncated"),  # truncated: scored 0, trained
             )
         )
     for rec in _lines(d / "dropped.jsonl", audit):
@@ -194,6 +194,14 @@ def audit_run(
     if steps is not None and audit.steps != list(range(1, steps + 1)):
         audit.problems.append(f"steps recorded {audit.steps}, expected 1..{steps}")
     return audit
+
+
+def assert_clean(audit: Audit) -> None:
+    """0 lost, 0 duplicated, 0 leaked, and no unreasoned drop, gap or torn record."""
+    assert not audit.lost, audit.explain()
+    assert not audit.duplicated, audit.explain()
+    assert not audit.leaked, audit.explain()
+    assert not audit.problems, audit.explain()
 
 
 def table(rows: list[dict[str, Any]]) -> str:

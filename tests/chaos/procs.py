@@ -145,22 +145,34 @@ def harness_procs(root: Path) -> list[tuple[Proc, dict[str, Any]]]:
     return out
 
 
-def calling_model(p: Proc) -> bool:
-    """Whether ``p`` (a harness in its sandbox's network namespace) has a connection open to
-    its proxy's port: a model call in flight."""
+def _proxy_connections(p: Proc) -> list[tuple[str, int]]:
+    """(TCP state, unread bytes) of each connection ``p`` (a harness, in its sandbox's network
+    namespace) has to its proxy's port: one per model call."""
     from forge.sandboxes.base import SandboxSpec
 
     port = f"{SandboxSpec().proxy_port:04X}"
     try:
         table = Path(f"/proc/{p.pid}/net/tcp").read_text().splitlines()[1:]
     except OSError:
-        return False
+        return []
+    out = []
     for row in table:
         cols = row.split()
-        # local, remote (hex ip:port), state 01 = ESTABLISHED; the client's side of the call
-        if len(cols) > 3 and cols[2].endswith(":" + port) and cols[3] == "01":
-            return True
-    return False
+        # remote address (hex ip:port), state, tx_queue:rx_queue: the client's side of a call
+        if len(cols) > 4 and cols[2].endswith(":" + port):
+            out.append((cols[3], int(cols[4].split(":")[1], 16)))
+    return out
+
+
+def calling_model(p: Proc) -> bool:
+    """Whether harness ``p`` has a model call in flight (a connection ESTABLISHED, 01)."""
+    return any(state == "01" for state, _ in _proxy_connections(p))
+
+
+def answer_waiting(p: Proc) -> bool:
+    """Whether the answer to a model call of harness ``p`` sits unread in its socket (the
+    proxy may have closed its side already: CLOSE_WAIT, 08)."""
+    return any(state in ("01", "08") and unread > 0 for state, unread in _proxy_connections(p))
 
 
 def signal_proc(p: Proc, sig: int = signal.SIGKILL) -> bool:

@@ -11,6 +11,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from actors.replay_buffer import ReplayBuffer
 from forge.sandboxes.orphans import LABELS_FILE, pid_start, reap_orphans
 from forge.types import Episode
@@ -154,6 +156,7 @@ def ok(episode_id: str) -> Episode:
     )
 
 
+@pytest.mark.ray
 def test_groups_never_trained_are_marked_untrained_at_close(ray_cluster, tmp_path: Path) -> None:
     import asyncio
 

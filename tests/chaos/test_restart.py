@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from tests.chaos import runner
-from tests.chaos.ledger import audit_run
+from tests.chaos.ledger import assert_clean, audit_run
 from tests.chaos.procs import (
     Observer,
     all_procs,
@@ -35,7 +35,6 @@ from tests.chaos.procs import (
     signal_proc,
     wait_for,
 )
-from tests.chaos.test_in_process import assert_clean
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 STEPS = 2
