@@ -55,8 +55,10 @@ def descendants(pid: int) -> list[Any]:
     return out
 
 
-def in_step(run_dir: Path, root: Path, step: int) -> bool:
+def in_step(run: runner.ForgeRun, run_dir: Path, root: Path, step: int) -> bool:
     """Collecting step ``step``: its checkpoint before is there and an attempt is running."""
+    if run.proc.poll() is not None:
+        raise AssertionError(f"forge run ended before step {step}:\n{run.text()[-3000:]}")
     before = run_dir / "checkpoints" / f"step_{step - 1}" / "trainer_state.json"
     return before.exists() and bool(harness_procs(root))
 
@@ -67,7 +69,9 @@ def test_trainer_killed_then_resumed(tmp_path: Path, chaos_row: Any) -> None:
     with Observer(root) as observer:
         first = runner.ForgeRun(args, tmp_path / "first.log")
         try:
-            wait_for("step 2 to be collecting", lambda: in_step(run_dir, root, 2), RUN_TIMEOUT_S)
+            wait_for(
+                "step 2 to be collecting", lambda: in_step(first, run_dir, root, 2), RUN_TIMEOUT_S
+            )
             trainer = wait_for(
                 "the Trainer actor's process",
                 lambda: [
@@ -104,7 +108,9 @@ def test_driver_sigkilled_then_resumed(tmp_path: Path, chaos_row: Any) -> None:
     with Observer(root) as observer:
         first = runner.ForgeRun(args, tmp_path / "first.log")
         try:
-            wait_for("step 2 to be collecting", lambda: in_step(run_dir, root, 2), RUN_TIMEOUT_S)
+            wait_for(
+                "step 2 to be collecting", lambda: in_step(first, run_dir, root, 2), RUN_TIMEOUT_S
+            )
             # SIGKILL to the driver's process group: no finally, no atexit, no shutdown, and no
             # actor outlives it long enough to clean up after itself.
             first.kill_session()
