@@ -18,6 +18,7 @@ from typing import Any
 import ray
 
 from forge.config import RunConfig
+from forge.sandboxes.orphans import reap_orphans
 
 log = logging.getLogger(__name__)
 START_BACKOFF_S = (1.0, 30.0)  # wait after a failed start: doubles from the first to the second
@@ -108,9 +109,16 @@ class PodPool:
         pod.idle_since = time.monotonic()
 
     async def replace(self, pod: Pod) -> None:
-        """A pod that cannot be trusted any more (died, timed out, erred) leaves the pool."""
+        """A pod that cannot be trusted any more (died, timed out, erred) leaves the pool, and
+        the sandboxes it left behind are reaped (those whose creating process is gone)."""
         await self.retire(pod)
         self.counts["pods_replaced"] += 1
+        sandbox = self.config.sandbox
+        if sandbox.backend == "local":
+            try:
+                await asyncio.to_thread(reap_orphans, sandbox.root, run=self.config.name)
+            except Exception as e:
+                log.warning("reaping the sandboxes of %s: %r", pod.name, e)
 
     async def retire(self, pod: Pod) -> None:
         if pod in self.pods:

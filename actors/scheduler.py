@@ -285,6 +285,8 @@ class Scheduler:
     async def _run(self, pod: Pod, attempt: Attempt) -> None:
         group = attempt.group
         self.counts["attempts_dispatched"] += 1
+        if group.result is None:  # journaled first: a crash can never lose it unrecorded
+            self.buffer.dispatched.remote(group.group_id, attempt.episode_id, attempt.number)
         group.running += 1
         episode: Episode | None = None
         reason: str | None = None

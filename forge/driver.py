@@ -219,6 +219,7 @@ class Run:
     def shutdown(self) -> dict[str, Any]:
         stats = ray.get(self.scheduler.stop.remote())
         ray.get(self.buffer.close.remote())
+        reap_orphans(self.config.sandbox.root, run=self.config.name)  # of pods that died
         return stats
 
 
