@@ -235,7 +235,13 @@ class RunConfig(_Strict):
         description="Replace these limits of every task (max_turns, timeout_s, "
         "max_tokens_per_turn), e.g. longer timeouts for a real model on a CPU.",
     )
-    temperature: float = Field(1.0, ge=0, description="Sampling temperature for harness calls.")
+    temperature: float = Field(
+        1.0,
+        gt=0,
+        description="Sampling temperature of training attempts; it replaces the harness's own, "
+        "top_p and top_k are turned off, and the trainer recomputes log-probabilities at it "
+        "(greedy decoding has none to train on: use eval_temperature=0 for greedy evaluation).",
+    )
     rollout: RolloutConfig = Field(
         default_factory=RolloutConfig, description="Collection: groups, pods, retries."
     )

@@ -62,6 +62,7 @@ class MiniSweAgentHarness:
             "MSWEA_COST_TRACKING": "ignore_errors",
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no download at import
             "NO_COLOR": "1",
+            "OPENAI_API_KEY": ctx.api_key,  # litellm reads it; never in argv (a process list)
         }
 
     def command(self, ctx: AttemptContext) -> list[str]:
@@ -78,8 +79,6 @@ class MiniSweAgentHarness:
             self.config,
             "-c",
             f"model.model_kwargs.api_base={ctx.base_url}",
-            "-c",
-            f"model.model_kwargs.api_key={ctx.api_key}",
             "-c",
             f"agent.step_limit={ctx.max_turns}",
             "-o",

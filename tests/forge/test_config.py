@@ -61,7 +61,7 @@ def test_overrides_are_dotted_and_typed_by_yaml(tmp_path: Path) -> None:
             "sandbox.isolation=none",
             "sandbox.root=null",
             "task_ids=[x, y]",
-            "temperature=0",
+            "temperature=0.5",
             "name=other=name",  # only the first '=' splits
             " harness = react ",
         ],
@@ -72,7 +72,7 @@ def test_overrides_are_dotted_and_typed_by_yaml(tmp_path: Path) -> None:
     assert config.sandbox.isolation == "none"
     assert config.sandbox.root is None
     assert config.task_ids == ["x", "y"]
-    assert config.temperature == 0.0
+    assert config.temperature == 0.5
     assert config.name == "other=name"
     assert config.harness == "react"
 
@@ -98,6 +98,11 @@ def test_quoted_override_stays_a_string() -> None:
         (["policy.batch_wait_ms=soon"], "policy.batch_wait_ms"),
         (["sandbox.backend=docker-ish"], "sandbox.backend"),
         (["temperature=-1"], "temperature"),
+        (["temperature=0"], "temperature"),  # greedy: nothing to train on
+        (["sandbox.isolation=auto"], "sandbox.isolation"),
+        (["sandbox.isolate_network=false"], "sandbox.isolate_network"),  # removed
+        (["rollout.policy_failures=ignore"], "rollout.policy_failures"),
+        (["trainer.rollout_correction=is"], "trainer.rollout_correction"),
         (["bogus=1"], "bogus"),
         (["proxy.max_body_bytes=10"], "proxy.max_body_bytes"),
     ],

@@ -26,10 +26,11 @@ def test_command_points_litellm_at_the_attempt() -> None:
     cmd = mini.command(_ctx())
     assert cmd[:2] == ["python3", "-c"] and cmd[3] == TRAJECTORY
     assert "model.model_kwargs.api_base=http://127.0.0.1:8931/episodes/e/attempts/0/v1" in cmd
-    assert "model.model_kwargs.api_key=key-1" in cmd and "agent.step_limit=7" in cmd
+    assert "agent.step_limit=7" in cmd and not [a for a in cmd if "key-1" in a]
     assert cmd[cmd.index("-m") + 1] == "openai/tiny" and cmd[-2:] == ["-t", "How many lines?"]
     env = mini.env(_ctx())
     assert env["PYTHONPATH"] == MOUNT and env["MSWEA_CONFIGURED"] == "true"
+    assert env["OPENAI_API_KEY"] == "key-1"  # the key reaches litellm outside any argv
     mapped = _ctx(paths={MOUNT: "/host/mini", "/home/agent": "/host/home"})
     assert mini.env(mapped)["PYTHONPATH"] == "/host/mini"
     assert mini.command(mapped)[3] == "/host/home/mini-trajectory.json"

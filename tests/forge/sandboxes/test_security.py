@@ -161,17 +161,12 @@ def test_probe_reads_nothing_of_the_host(sandboxes, tmp_path: Path, monkeypatch)
 # -- the key in argv ----------------------------------------------------------------------------
 
 KEY = "forge-argv-probe-" + "k" * 24
-MINI_SWE_KEY_IN_ARGV = pytest.mark.xfail(
-    strict=True,
-    reason="forge/harnesses/mini_swe_agent.py passes the key as `-c model.model_kwargs.api_key=`"
-    " (visible in the host's process list); it should reach litellm through OPENAI_API_KEY",
-)
 
 
 @pytest.mark.parametrize(
     "name",
     [
-        pytest.param(n, marks=MINI_SWE_KEY_IN_ARGV) if n == "mini-swe-agent" else n
+        n
         for n in sorted(HARNESSES)
         if n != "command"  # its argv is whatever its config says
     ],
