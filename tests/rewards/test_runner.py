@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -179,3 +180,29 @@ def test_links_and_fifos_in_the_workspace(new_sandbox) -> None:
     parts = verdict.detail.split("; [")
     assert "outside the sandbox" in parts[0]  # the host never followed the link
     assert "does not exist" in parts[1] and "exited 1" in parts[2]  # FIFOs are not copied
+
+
+def test_unisolated_sandboxes_verify_the_same_way(tmp_path: Path) -> None:
+    """isolation=none (only when asked): the verifier still gets a fresh copy, a fresh home,
+    $VERIFIER_DIR at its host path and an interpreter that ignores the agent's json.py."""
+    t = task(
+        {"type": "command", "cmd": 'python3 "$VERIFIER_DIR/check.py"', **OWN},
+        files={"in.txt": "hello\n"},
+    )
+
+    def make() -> LocalSandbox:
+        return LocalSandbox(root=tmp_path, isolation="none")
+
+    box = make()
+    box.create(SandboxSpec(labels={"run": "none"}))
+    box.put_file("in.txt", "hello\n")
+    box.put_file("json.py", "import os\nos._exit(0)\n")
+    done = box.exec(["sh", "-c", "tr a-z A-Z < in.txt > out.txt"], 30)
+    assert done.exit_code == 0, done.stderr
+    assert run_verifier(t, box, None, make).reward == 1.0
+    box = make()
+    box.create(SandboxSpec(labels={"run": "none"}))
+    box.put_file("json.py", "import os\nos._exit(3)\n")
+    shadowed = task({"type": "command", "cmd": "python3 -c 'import json'"})
+    assert run_verifier(shadowed, box, None, make).reward == 1.0  # 3 if the shadow ran
+    assert os.listdir(tmp_path) == []
