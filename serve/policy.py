@@ -4,7 +4,11 @@ Proxies call :meth:`Policy.generate` through a Serve handle with a protocol-inde
 :class:`~forge.types.ChatRequest`. The Policy renders the prompt with the model's chat template,
 batches concurrent requests into one engine call, parses tool calls and returns
 a :class:`~forge.types.Completion` with the exact prompt and completion token ids, logprobs and
-the policy version. :meth:`Policy.generate_stream` gives the same completion as a Serve
+the policy version. Each request is admitted before it joins a batch: ``max_tokens`` is clamped
+to the room its prompt leaves in the engine's context, and a prompt that leaves none raises
+:class:`~serve.engines.base.ContextLengthError` for that request alone; a batch the engine
+fails is rerun request by request, so only a request that fails by itself fails.
+:meth:`Policy.generate_stream` gives the same completion as a Serve
 streaming call, with the content text first as the engine samples it (:mod:`serve.live`).
 
 Weight swaps are atomic: a batch runs under a lock, and :meth:`update_weights` takes the same
