@@ -253,7 +253,8 @@ class HarnessPod:
                 completion = await stream_policy(self.policy, chat, live)
         except ContextLengthError as e:  # the policy's own context is full: scored, not retried
             state.reject("context_full")
-            raise ProtocolError(400, str(e.args[0] if e.args else e), "messages") from e
+            field_name = "input" if opts.protocol == "responses" else "messages"
+            raise ProtocolError(400, str(e.args[0] if e.args else e), field_name) from e
         except Exception as e:
             state.errors.append(f"{type(e).__name__}: {e}")
             raise ProtocolError(502, f"policy error: {type(e).__name__}: {e}") from e
