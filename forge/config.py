@@ -29,7 +29,12 @@ class EngineConfig(_Strict):
     mode: Literal["oracle", "noop"] = Field(
         "oracle", description="scripted engine only: play the reference solution, or never act."
     )
-    max_model_len: int = Field(8192, ge=16, description="vllm only: longest prompt + completion.")
+    max_model_len: int = Field(
+        8192,
+        ge=16,
+        description="Longest prompt + completion; each request is admitted against it (the "
+        "torch engine takes the smaller of it and the model's own context).",
+    )
     kv_cache_gib: float = Field(1.0, gt=0, description="vllm only: memory for the KV cache (GiB).")
     tensor_parallel_size: int = Field(1, ge=1, description="vllm only: GPUs one replica spans.")
     inflight: Literal["wait", "abort"] = Field(
@@ -46,7 +51,7 @@ class EngineConfig(_Strict):
         if self.name == "vllm":
             extra = ("max_model_len", "kv_cache_gib", "tensor_parallel_size", "inflight")
             return {**common, **{k: getattr(self, k) for k in extra}}
-        return common
+        return {**common, "max_context": self.max_model_len}
 
 
 class PolicyConfig(_Strict):

@@ -251,3 +251,13 @@ def test_extreme_seeds_and_temperatures_never_fail_a_batch(engine: TorchEngine) 
     greedy = run(engine, [req(prompt, max_tokens=4, temperature=0.0)])[0]
     assert all(len(o.completion_ids) > 0 for o in outs)
     assert outs[2].completion_ids == greedy.completion_ids
+
+
+def test_context_comes_from_the_run_config_bounded_by_the_model() -> None:
+    from forge.config import EngineConfig
+    from serve.engines import make_engine
+
+    small = make_engine("torch", **EngineConfig(max_model_len=64).engine_options())
+    assert small.max_context == 64
+    big = make_engine("torch", **EngineConfig(max_model_len=100_000).engine_options())
+    assert big.max_context == 8192  # the tiny model's own positions
