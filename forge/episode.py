@@ -1,9 +1,13 @@
 """One attempt of one task in one harness, start to finish: the body of ``HarnessPod.run_episode``.
 
 create sandbox -> seed workspace -> open the attempt on the proxy -> run the harness command ->
-close the attempt -> verify -> assemble segments -> destroy sandbox. Failures (sandbox error,
-harness crash, timeout, proxy error, turn limit) mark the episode failed with a reason; they are
-never a reward of 0 (DESIGN.md decision 5). A wrong answer is reward 0.
+close the attempt -> classify how it ended -> copy the workspace out, destroy the agent's
+sandbox and verify in fresh ones (``rewards.runner``) -> assemble segments. Infrastructure
+failures (sandbox or proxy error, a harness that crashed or hung on its own) mark the episode
+failed with a reason, to be retried, never a reward of 0; what the policy caused (context full,
+turn or token limit, unparseable tool calls, a timeout while the model worked) ends a real
+episode with reward 0 and its ``truncated`` reason (DESIGN.md decision 5). A wrong answer is
+reward 0.
 """
 
 from __future__ import annotations
