@@ -216,6 +216,29 @@ class Run:
             shutil.rmtree(old, ignore_errors=True)
         return path
 
+    def one_step(self, progress: Progress) -> dict[str, Any]:
+        """collect -> train -> publish weights -> maybe evaluate and checkpoint; the step's
+        record for metrics.jsonl."""
+        t0 = time.perf_counter()
+        groups = self.collect(progress)
+        collect_s = time.perf_counter() - t0
+        stats = self.train(groups)
+        stats.update(self.publish())
+        self.step += 1
+        config = self.config
+        if config.eval_every and self.step % config.eval_every == 0:
+            stats.update(self.evaluate())
+        if config.checkpoint_every and self.step % config.checkpoint_every == 0:
+            self.checkpoint()
+        return progress.step(
+            self.step,
+            self.version,
+            stats,
+            collect_s,
+            ray.get(self.scheduler.stats.remote()),
+            ray.get(self.buffer.stats.remote()),
+        )
+
     def shutdown(self) -> dict[str, Any]:
         stats = ray.get(self.scheduler.stop.remote())
         ray.get(self.buffer.close.remote())
@@ -234,25 +257,7 @@ def main(config: RunConfig, resume: bool = False) -> int:
     code = 0
     try:
         while run.step < config.steps:
-            t0 = time.perf_counter()
-            groups = run.collect(progress)
-            collect_s = time.perf_counter() - t0
-            stats = run.train(groups)
-            stats.update(run.publish())
-            run.step += 1
-            if config.eval_every and run.step % config.eval_every == 0:
-                stats.update(run.evaluate())
-            if config.checkpoint_every and run.step % config.checkpoint_every == 0:
-                run.checkpoint()
-            record = progress.step(
-                run.step,
-                run.version,
-                stats,
-                collect_s,
-                ray.get(run.scheduler.stats.remote()),
-                ray.get(run.buffer.stats.remote()),
-            )
-            metrics_file.write(json.dumps(record) + "\n")
+            metrics_file.write(json.dumps(run.one_step(progress)) + "\n")
     except KeyboardInterrupt:
         code = 130
         print("\n[forge] interrupted: stopping attempts, destroying sandboxes ...", flush=True)
