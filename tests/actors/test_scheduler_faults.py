@@ -154,7 +154,7 @@ def test_zero_token_episodes_close_their_group(ray_cluster, tmp_path) -> None:
 
 @pytest.mark.parametrize("policy_failures", ["score_zero", "drop"])
 def test_policy_failures_scored_or_dropped(ray_cluster, tmp_path, policy_failures: str) -> None:
-    sched, buffer = _scheduler(
+    sched, _ = _scheduler(
         ray_cluster, tmp_path, "truncated", policy_failures=policy_failures, max_retries=1
     )
     sched.request.remote(1)

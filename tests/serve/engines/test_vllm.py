@@ -67,7 +67,8 @@ def test_tokens_and_logprobs_are_the_models(vllm_policy, temperature: float) -> 
     ids = torch.tensor([out.prompt_ids + out.completion_ids])
     with torch.no_grad():
         logits = model(ids).logits[0, len(out.prompt_ids) - 1 : -1].float()
-    ref = torch.log_softmax(logits / temperature, -1).gather(1, torch.tensor(out.completion_ids)[:, None])[:, 0]
+    sampled = torch.tensor(out.completion_ids)[:, None]
+    ref = torch.log_softmax(logits / temperature, -1).gather(1, sampled)[:, 0]
     assert torch.allclose(ref, torch.tensor(out.logprobs), atol=2e-3), (ref, out.logprobs)
 
 
