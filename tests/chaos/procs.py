@@ -145,9 +145,9 @@ def harness_procs(root: Path) -> list[tuple[Proc, dict[str, Any]]]:
     return out
 
 
-def _proxy_connections(p: Proc) -> list[tuple[str, int]]:
-    """(TCP state, unread bytes) of each connection ``p`` (a harness, in its sandbox's network
-    namespace) has to its proxy's port: one per model call."""
+def _proxy_sockets(p: Proc) -> list[tuple[str, int, str]]:
+    """(TCP state, unread bytes, inode) of each connection ``p`` (a harness, in its sandbox's
+    network namespace) has to its proxy's port: one per model call."""
     from forge.sandboxes.base import SandboxSpec
 
     port = f"{SandboxSpec().proxy_port:04X}"
@@ -158,10 +158,46 @@ def _proxy_connections(p: Proc) -> list[tuple[str, int]]:
     out = []
     for row in table:
         cols = row.split()
-        # remote address (hex ip:port), state, tx_queue:rx_queue: the client's side of a call
-        if len(cols) > 4 and cols[2].endswith(":" + port):
-            out.append((cols[3], int(cols[4].split(":")[1], 16)))
+        # remote address (hex ip:port), state, tx_queue:rx_queue, ..., inode: the client's side
+        if len(cols) > 9 and cols[2].endswith(":" + port):
+            out.append((cols[3], int(cols[4].split(":")[1], 16), cols[9]))
     return out
+
+
+def _proxy_connections(p: Proc) -> list[tuple[str, int]]:
+    return [(state, unread) for state, unread, _ in _proxy_sockets(p)]
+
+
+def peek_answer(p: Proc) -> bytes | None:
+    """The unread answer in harness ``p``'s socket to its proxy, read without consuming it (a
+    copy of its socket through pidfd_getfd, then MSG_PEEK); None where that cannot be done."""
+    import ctypes
+    import socket
+
+    inodes = {inode for state, unread, inode in _proxy_sockets(p) if unread > 0}
+    fd_dir = Path(f"/proc/{p.pid}/fd")
+    try:
+        fds = [int(f.name) for f in fd_dir.iterdir() if os.readlink(f)[8:-1] in inodes]
+    except OSError:
+        return None
+    if not fds:
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    try:
+        pidfd = os.pidfd_open(p.pid)
+    except OSError:
+        return None
+    try:
+        dup = libc.syscall(438, pidfd, fds[0], 0)  # pidfd_getfd (same number on every arch)
+        if dup < 0:
+            return None
+        with socket.socket(fileno=dup) as sock:
+            try:
+                return sock.recv(1 << 20, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            except OSError:
+                return None
+    finally:
+        os.close(pidfd)
 
 
 def calling_model(p: Proc) -> bool:

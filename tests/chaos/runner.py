@@ -11,7 +11,6 @@ import string
 import subprocess
 import sys
 import threading
-import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -94,35 +93,26 @@ class InjectorThread(threading.Thread):
         return self.value
 
 
-def drive(run: Any, steps: int, before_step: Callable[[int], None] | None = None) -> None:
-    """The driver's loop (as ``forge.driver.main`` runs it): collect -> train -> publish ->
-    checkpoint -> metrics record, ``steps`` times; ``before_step(step)`` arms a fault."""
-    import ray
-
+def drive(run: Any, steps: int, before_step: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """``forge.driver.main``'s loop on ``run``: ``run.one_step`` (collect -> train -> publish
+    -> checkpoint) ``steps`` times, each record to metrics.jsonl, then ``finish`` (the last
+    checkpoint and shutdown, whatever happened); ``before_step(step)`` arms a fault. Returns
+    the scheduler's final counts."""
+    from forge.driver import finish
     from forge.progress import Progress
 
     progress = Progress(run.config, start_step=run.step)
+    code = 1
     with open(run.dir / "metrics.jsonl", "a", buffering=1) as metrics_file:
-        while run.step < steps:
-            if before_step is not None:
-                before_step(run.step + 1)
-            t0 = time.perf_counter()
-            groups = run.collect(progress)
-            collect_s = time.perf_counter() - t0
-            stats = run.train(groups)
-            stats.update(run.publish())
-            run.step += 1
-            if run.config.checkpoint_every and run.step % run.config.checkpoint_every == 0:
-                run.checkpoint()
-            record = progress.step(
-                run.step,
-                run.version,
-                stats,
-                collect_s,
-                ray.get(run.scheduler.stats.remote()),
-                ray.get(run.buffer.stats.remote()),
-            )
-            metrics_file.write(json.dumps(record) + "\n")
+        try:
+            while run.step < steps:
+                if before_step is not None:
+                    before_step(run.step + 1)
+                metrics_file.write(json.dumps(run.one_step(progress)) + "\n")
+            code = 0
+        finally:
+            final = finish(run, code)
+    return final
 
 
 def teardown(run: Any) -> None:

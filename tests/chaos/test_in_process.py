@@ -30,6 +30,7 @@ from tests.chaos.procs import (
     answer_waiting,
     calling_model,
     harness_procs,
+    peek_answer,
     poll,
     signal_proc,
     wait_for,
@@ -84,10 +85,7 @@ def run_with_fault(
 
     try:
         with Observer(root) as observer:
-            try:
-                runner.drive(run, STEPS, arm)
-            finally:
-                final = run.shutdown()
+            final = runner.drive(run, STEPS, arm)
             injected = injector.result() if injector else None
             # A killed process takes a moment to go: a leak is what is still there after 15s.
             poll(lambda: not observer.leaked(), 15, every=0.2)
@@ -141,14 +139,19 @@ def test_sandbox_process_killed(cluster: Any, tmp_path: Path, chaos_row: Any) ->
             if not signal_proc(proc, signal.SIGSTOP):
                 continue  # it ended first: take the next one
             # Held until the answer sits unread in its socket. Stopped before its request was
-            # all sent, it never gets one: let it go on and take the next attempt.
+            # all sent, it never gets one; or the answer ended before the token limit: let it
+            # go on and take the next attempt (a cut answer is what makes it look like the
+            # policy's doing).
             if poll(lambda p=proc: answer_waiting(p), 20):
-                assert signal_proc(proc, signal.SIGKILL)
-                return labels
+                answer = peek_answer(proc)
+                if answer is None or b'"finish_reason":"length"' in answer.replace(b" ", b""):
+                    assert signal_proc(proc, signal.SIGKILL)
+                    return {**labels, "peeked": answer is not None}
             signal_proc(proc, signal.SIGCONT)
         raise AssertionError("no harness was caught with its answer unread")
 
     audit, _, labels = run_with_fault(tmp_path, "sandbox-killed", kill_harness)
+    audit.notes.append(f"the answer was seen cut at the limit: {labels['peeked']}")
     chaos_row(audit)
     assert_clean(audit)
     hit = audit.of(labels["episode"], int(labels["attempt"]))
@@ -187,6 +190,13 @@ def test_policy_replica_killed(cluster: Any, tmp_path: Path, chaos_row: Any) -> 
             if a["namespace"] == "serve" and "forge-policy#Policy" in a["name"]
         ]
 
+    def running() -> bool:
+        from ray import serve
+
+        app = serve.status().applications.get("forge-policy")
+        policy = app.deployments.get("Policy") if app else None
+        return bool(policy) and policy.replica_states.get("RUNNING", 0) >= 1
+
     def kill_replica(run: Any, root: Path) -> dict[str, Any]:
         running_harness(root, in_call=True)
         (old,) = replicas()
@@ -196,19 +206,23 @@ def test_policy_replica_killed(cluster: Any, tmp_path: Path, chaos_row: Any) -> 
             "Serve to start another Policy replica",
             lambda: [name for name in replicas() if name != old],
             timeout_s=180,
-            every=1.0,
+            every=0.2,
         )
-        return {"old": old, "new": new[0], "killed_at": killed_at, "version": run.version}
+        wait_for("the new replica to be running", running, timeout_s=180, every=0.2)
+        return {"old": old, "new": new[0], "killed_at": killed_at, "new_at": time.time()}
 
     audit, final, seen = run_with_fault(tmp_path, "policy-replica-killed", kill_replica)
     chaos_row(audit)
     assert_clean(audit)
     assert seen["old"] != seen["new"]
-    # The fault reached the traffic: a model call in flight when the replica died was answered
-    # after it (Serve sent it to the new replica), or its attempt failed and was retried.
+    # The fault reached the traffic: a model call made before the new replica was up was
+    # answered after the old one died (Serve held it for the new one), or its attempt failed
+    # and was retried.
     turns = [t for e in episodes(tmp_path / "policy-replica-killed") for t in e["turns"]]
     across = [
-        t for t in turns if t["started_at"] < seen["killed_at"] < t["started_at"] + t["latency_s"]
+        t
+        for t in turns
+        if t["started_at"] < seen["new_at"] and t["started_at"] + t["latency_s"] > seen["killed_at"]
     ]
     assert across or final["attempts_retried"] >= 1, (final, len(turns))
     after = {t["policy_version"] for t in turns if t["started_at"] > seen["killed_at"]} | {
