@@ -39,12 +39,12 @@ def classify_end(
     """``(failure, truncated)`` of an attempt whose harness has returned (DESIGN.md decision 5).
 
     ``failure`` names an infrastructure failure (retried in a fresh sandbox): the sandbox broke,
-    the Policy or proxy erred, the harness hung before it ever called the model, or it crashed
-    with nothing the model did to explain it. ``truncated`` names what the policy caused
-    (reward 0, trained on): the context was full, the proxy's call limit or the task's turn
-    limit was reached, the last answer was cut at the token limit or held tool calls that
-    could not be parsed, or the harness ran out of time while it waited on the model or ran the
-    model's commands. Both None: the harness finished; its verifier decides.
+    the Policy or proxy erred, the harness hung before it ever called the model, was killed by a
+    signal, or crashed with nothing the model did to explain it. ``truncated`` names what the
+    policy caused (reward 0, trained on): the context was full, the proxy's call limit or the
+    task's turn limit was reached, the last answer was cut at the token limit or held tool
+    calls that could not be parsed, or the harness ran out of time while it waited on the model
+    or ran the model's commands. Both None: the harness finished; its verifier decides.
     """
     if result is None:
         return "sandbox_error", None
@@ -59,6 +59,8 @@ def classify_end(
         return (None, "timeout") if state.turns else ("harness_hung", None)
     if result.exit_code == 0:
         return None, None
+    if result.exit_code < 0 or result.exit_code > 128:  # killed by a signal: not the model
+        return "harness_killed", None
     if len(delivered) >= max_turns:
         return None, "turn_limit"
     last = delivered[-1] if delivered else None

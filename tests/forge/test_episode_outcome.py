@@ -55,6 +55,9 @@ TIMEOUT = ExecResult(-1, "", "", timed_out=True)
         (CRASH, _state(_turn(0, finish="length")), (None, "token_limit")),
         (CRASH, _state(_turn(0, invalid=1)), (None, "unparseable_tool_call")),
         (CRASH, _state(_turn(0)), ("harness_crash", None)),  # nothing the model did explains it
+        # killed by a signal (OOM killer, an operator): whatever its last answer was
+        (ExecResult(137, "", ""), _state(_turn(0, finish="length")), ("harness_killed", None)),
+        (ExecResult(-9, "", ""), _state(_turn(0, invalid=1)), ("harness_killed", None)),
         # an answer the harness never got does not count towards the turn limit
         (CRASH, _state(_turn(0), _turn(1), _turn(2, delivered=False)), ("harness_crash", None)),
     ],
