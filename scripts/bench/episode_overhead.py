@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import tempfile
@@ -38,7 +37,7 @@ from forge.config import PolicyConfig
 from forge.harnesses import get_harness
 from forge.harnesses.base import AttemptContext
 from forge.sandboxes import SandboxSpec, make_sandbox
-from forge.sandboxes.bwrap import HOME, sandbox_path_var
+from forge.sandboxes.bwrap import HOME, require_bwrap, sandbox_path_var
 from serve.policy import deploy_policy
 from serve.server import BackgroundServer, make_app
 from tasks import load_suite
@@ -138,5 +137,5 @@ def main() -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    shutil.which("bwrap") or print("warning: no bubblewrap: sandboxes run unisolated")
+    require_bwrap()  # the episodes run isolated, as in a training run
     main()

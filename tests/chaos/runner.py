@@ -25,10 +25,11 @@ FORGE = [sys.executable, "-m", "forge.cli"]
 GROUP_SIZE = 2
 
 
-def letters_suite(root: Path) -> Path:
+def letters_suite(root: Path, max_tokens: int = 128) -> Path:
     """One task whose reward varies within a group even for the untrained model (the share of
     the reply's characters that are letters), so the trainer steps and publishes every step.
-    128 sampled tokens make an attempt last long enough (seconds) to be hit while it runs."""
+    128 sampled tokens (the default) make an attempt last long enough (seconds) to be hit while
+    it runs."""
     suite = root / "letters"
     suite.mkdir(parents=True, exist_ok=True)
     (suite / "letters.yaml").write_text(
@@ -37,9 +38,21 @@ def letters_suite(root: Path) -> Path:
         f"verifier: {{type: answer_chars, chars: {string.ascii_letters}}}\n"
         "solution: []\n"
         "answer: word\n"
-        "limits: {max_turns: 2, timeout_s: 60, max_tokens_per_turn: 128}\n"
+        f"limits: {{max_turns: 2, timeout_s: 60, max_tokens_per_turn: {max_tokens}}}\n"
     )
     return suite
+
+
+def resume(run_dir: Path, log: Path, steps: int, timeout_s: float) -> str:
+    """``forge run --resume RUN_DIR steps=N`` to its end; its output (the run must succeed)."""
+    again = ForgeRun(["--resume", str(run_dir), f"steps={steps}"], log)
+    try:
+        rc = again.wait(timeout_s)
+    finally:
+        again.kill_session()
+    out = again.text()
+    assert rc == 0, out[-3000:]
+    return out
 
 
 def overrides(tmp: Path, name: str, steps: int = 2, timeout_s: float = 30) -> list[str]:

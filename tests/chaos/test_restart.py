@@ -86,15 +86,7 @@ def test_trainer_killed_then_resumed(tmp_path: Path, chaos_row: Any) -> None:
         out = first.text()
         assert rc != 0, out[-3000:]  # the run stops, saying why
         assert re.search(r"Trainer|ActorDied|actor died", out), out[-3000:]
-        again = runner.ForgeRun(
-            ["--resume", str(run_dir), f"steps={STEPS}"], tmp_path / "resumed.log"
-        )
-        try:
-            rc = again.wait(RUN_TIMEOUT_S)
-        finally:
-            again.kill_session()
-        out = again.text()
-        assert rc == 0, out[-3000:]
+        out = runner.resume(run_dir, tmp_path / "resumed.log", STEPS, RUN_TIMEOUT_S)
         assert "resumed from" in out and "step_1" in out, out[-3000:]
         poll(lambda: not observer.leaked(), 15, every=0.2)
     audit = audit_run("trainer-killed", run_dir, observer, runner.GROUP_SIZE, steps=STEPS)
@@ -120,15 +112,7 @@ def test_driver_sigkilled_then_resumed(tmp_path: Path, chaos_row: Any) -> None:
             first.kill_session()
         orphans = sorted(d.name for d in root.iterdir()) if root.is_dir() else []
         assert orphans, "the driver was killed mid-attempt: its sandboxes should be orphans"
-        again = runner.ForgeRun(
-            ["--resume", str(run_dir), f"steps={STEPS}"], tmp_path / "resumed.log"
-        )
-        try:
-            rc = again.wait(RUN_TIMEOUT_S)
-        finally:
-            again.kill_session()
-        out = again.text()
-        assert rc == 0, out[-3000:]
+        out = runner.resume(run_dir, tmp_path / "resumed.log", STEPS, RUN_TIMEOUT_S)
         reaped = re.search(r"reaped (\d+) orphaned sandbox", out)
         assert reaped and int(reaped.group(1)) >= len(orphans), (orphans, out[-3000:])
         poll(lambda: not observer.leaked(), 15, every=0.2)

@@ -3,33 +3,15 @@
 from __future__ import annotations
 
 import json
-import string
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.chaos.runner import letters_suite
 from tests.forge.test_cli import FORGE, _env
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _letters_suite(root: Path) -> Path:
-    """A task whose reward varies within every group even for the untrained model (the share of
-    the reply's characters that are letters), so the trainer takes a step every step and a test
-    exercises what it means to, not luck (with the toy suite's sevens, a whole step of the
-    random model often scores 0 and the trainer rightly skips it)."""
-    suite = root / "letters"
-    suite.mkdir()
-    (suite / "letters.yaml").write_text(
-        "id: letters\n"
-        'instruction: "Reply with a word."\n'
-        f"verifier: {{type: answer_chars, chars: {string.ascii_letters}}}\n"
-        "solution: []\n"
-        "answer: word\n"
-        "limits: {max_turns: 2, timeout_s: 60, max_tokens_per_turn: 16}\n"
-    )
-    return suite
 
 
 def _steps(run_dir: Path) -> list[dict]:
@@ -39,7 +21,7 @@ def _steps(run_dir: Path) -> list[dict]:
 @pytest.mark.slow
 @pytest.mark.timeout(1000)
 def test_async_mode_never_trains_on_samples_older_than_the_bound(tmp_path: Path) -> None:
-    suite = _letters_suite(tmp_path)
+    suite = letters_suite(tmp_path, max_tokens=16)
     args = [
         "run",
         str(ROOT / "examples" / "quickstart.yaml"),
@@ -80,7 +62,7 @@ def test_collective_weight_sync_carries_every_trainer_step(tmp_path: Path) -> No
         "run",
         str(ROOT / "examples" / "quickstart.yaml"),
         f"runs_dir={tmp_path}",
-        f"tasks={_letters_suite(tmp_path)}",
+        f"tasks={letters_suite(tmp_path, max_tokens=16)}",
         "name=collective",
         "steps=3",
         "policy.replicas=2",
