@@ -120,6 +120,8 @@ async def run_attempt(
             instruction=task.instruction,
             workspace=sandbox.workspace,
             max_turns=task.limits.max_turns,
+            timeout_s=task.limits.timeout_s,
+            path_var=sandbox.default_path(),
             paths=sandbox.path_map(),
         )
         for path, content in harness.files(ctx).items():

@@ -28,6 +28,8 @@ class AttemptContext:
     instruction: str
     workspace: str
     max_turns: int = 20
+    timeout_s: float = 600.0  # the task's time limit for the whole episode
+    path_var: str = ""  # the sandbox's default PATH (``Sandbox.default_path()``)
     extra: dict[str, str] = field(default_factory=dict)
     paths: dict[str, str] = field(default_factory=dict)
 

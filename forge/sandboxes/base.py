@@ -79,6 +79,10 @@ class Sandbox(Protocol):
         """``host:port`` at which commands in the sandbox reach the attempt's proxy."""
         ...
 
+    def default_path(self) -> str:
+        """The PATH commands get when the harness sets none (a harness may prepend to it)."""
+        ...
+
     def path_map(self) -> dict[str, str]:
         """Sandbox paths (mount points such as ``/workspace`` or a harness's read-only mounts)
         -> the path commands actually see them at, for backends that cannot present the fixed

@@ -157,6 +157,9 @@ class LocalSandbox:
         """``/workspace`` under bwrap; the host workspace directory otherwise."""
         return WORKSPACE if self.isolated else str(self.host_workspace)
 
+    def default_path(self) -> str:
+        return sandbox_path_var()
+
     def path_map(self) -> dict[str, str]:
         if self.isolated:
             return {}
