@@ -39,6 +39,7 @@ from serve.protocol.common import ProtocolError, WireOptions
 log = logging.getLogger(__name__)
 ATTEMPT_PREFIX = "/episodes/{episode_id}/attempts/{attempt:int}"
 ENDED_MEMORY = 10_000  # ended attempts remembered for 410 answers
+MAX_REFUSALS_KEPT = 50  # 4xx answers kept per attempt (a harness may retry one forever)
 
 
 @dataclass
@@ -52,6 +53,7 @@ class AttemptState:
     turns: list[Turn] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     rejected: dict[str, int] = field(default_factory=dict)
+    refusals: list[str] = field(default_factory=list)  # "STATUS message" of each 4xx answered
     streams: list[tuple[Turn, LiveCompletion]] = field(default_factory=list)
 
     def reject(self, reason: str) -> None:
@@ -218,6 +220,11 @@ class HarnessPod:
 
     async def models(self, ctx: Call) -> list[str]:
         return [self.model]
+
+    async def refused(self, ctx: Call, err: ProtocolError) -> None:
+        refusals = ctx.state.refusals
+        if len(refusals) < MAX_REFUSALS_KEPT:
+            refusals.append(f"{err.status} {err.message}")
 
     async def generate(
         self,

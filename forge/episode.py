@@ -40,11 +40,13 @@ def classify_end(
 
     ``failure`` names an infrastructure failure (retried in a fresh sandbox): the sandbox broke,
     the Policy or proxy erred, the harness hung before it ever called the model, was killed by a
-    signal, or crashed with nothing the model did to explain it. ``truncated`` names what the
-    policy caused (reward 0, trained on): the context was full, the proxy's call limit or the
-    task's turn limit was reached, the last answer was cut at the token limit or held tool
-    calls that could not be parsed, or the harness ran out of time while it waited on the model
-    or ran the model's commands. Both None: the harness finished; its verifier decides.
+    signal, gave up after the proxy refused a request (``proxy_rejected``: a 4xx it answered,
+    listed in the episode's log), or crashed with nothing the model did to explain it.
+    ``truncated`` names what the policy caused (reward 0, trained on): the context was full,
+    the proxy's call limit or the task's turn limit was reached, the last answer was cut at the
+    token limit or held tool calls that could not be parsed, or the harness ran out of time
+    while it waited on the model or ran the model's commands. Both None: the harness finished;
+    its verifier decides.
     """
     if result is None:
         return "sandbox_error", None
@@ -56,7 +58,9 @@ def classify_end(
         return None, "turn_limit"
     delivered = [t for t in state.turns if t.delivered]
     if result.timed_out:
-        return (None, "timeout") if state.turns else ("harness_hung", None)
+        if state.turns:
+            return None, "timeout"
+        return ("proxy_rejected" if state.refusals else "harness_hung"), None
     if result.exit_code == 0:
         return None, None
     if result.exit_code < 0 or result.exit_code > 128:  # killed by a signal: not the model
@@ -68,6 +72,8 @@ def classify_end(
         return None, "token_limit"
     if last is not None and last.invalid_tool_calls:
         return None, "unparseable_tool_call"
+    if state.refusals:  # the proxy refused what the harness sent: not the harness's own crash
+        return "proxy_rejected", None
     return "harness_crash", None
 
 
@@ -169,6 +175,9 @@ async def run_attempt(
     log_text = error or (result.stderr[-LOG_TAIL:] if result else "")
     if state.errors:
         log_text = "\n".join(state.errors[-5:]) + "\n" + log_text
+    if state.refusals:
+        shown = "\n".join(f"proxy rejected: {r}" for r in state.refusals[:5])
+        log_text = f"{shown}\n{log_text}"
     return Episode(
         episode_id=episode_id,
         task_id=task.id,

@@ -62,6 +62,11 @@ class Backend(Protocol):
 
     async def models(self, ctx: Any) -> list[str]: ...
 
+    async def refused(self, ctx: Any, err: ProtocolError) -> None:
+        """Told of every 4xx answered to an authorised request (a body the parser refused, an
+        unknown model, ...), so that a harness that then gives up is not taken for a crash."""
+        ...
+
 
 def request_api_key(request: Request) -> str | None:
     """The key a client sent: ``Authorization: Bearer KEY`` or Anthropic's ``x-api-key: KEY``."""
@@ -143,12 +148,16 @@ async def _events(chunks: AsyncIterator[bytes], path: str) -> AsyncIterator[byte
         log.exception("stream of %s failed", path)
 
 
+_UNAUTHORIZED = object()  # the context of a request that was refused before authorisation
+
+
 def _generation_endpoint(
     protocol: WireProtocol, backend: Backend, max_body_bytes: int
 ) -> Callable[[Request], Awaitable[Response]]:
     module = _MODULES[protocol]
 
     async def endpoint(request: Request) -> Response:
+        ctx: Any = _UNAUTHORIZED
         try:
             ctx = await backend.authorize(request)
             body = await read_json_body(request, max_body_bytes)
@@ -159,10 +168,11 @@ def _generation_endpoint(
             live = LiveCompletion()
             _start_stream(backend, live, ctx, chat_request, opts, body)
             await live.started()  # errors before the first event are answered as errors
-        except ProtocolError as err:
+        except (ProtocolError, ContextLengthError) as e:
+            err = context_error(protocol, e) if isinstance(e, ContextLengthError) else e
+            if ctx is not _UNAUTHORIZED and 400 <= err.status < 500:
+                await backend.refused(ctx, err)
             return error_response(protocol, err)
-        except ContextLengthError as e:
-            return error_response(protocol, context_error(protocol, e))
         except Exception as e:
             log.exception("%s %s failed", request.method, request.url.path)
             return error_response(protocol, _internal(e))

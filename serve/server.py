@@ -47,6 +47,9 @@ class PolicyFrontend:
     async def models(self, ctx: Any) -> list[str]:
         return [self.model]
 
+    async def refused(self, ctx: Any, err: ProtocolError) -> None:
+        return None  # the client has the error; there is no attempt to record it on
+
     async def generate(
         self,
         ctx: Any,

@@ -121,6 +121,10 @@ def test_bad_input_answers_clearly_and_pod_stays_up(oracle):
     assert httpx.post(base, json=body, headers=auth).status_code == 200
     state = ray.get(pod.close_attempt.remote("ep-bad", 0))
     assert len(state.turns) == 1  # only the valid call was recorded
+    # each 4xx answered to this attempt is kept (to tell a refused harness from a crashed one);
+    # refusals before authorisation (a wrong key, an unknown attempt) belong to no attempt
+    assert [r.split()[0] for r in state.refusals] == ["400", "404", "400", "413"]
+    assert "messages[0].role" in state.refusals[2]
     r = httpx.post(base, json=body, headers=auth)
     assert r.status_code == 410
     assert ray.get(pod.ready.remote()) == "pod-a"
@@ -185,3 +189,32 @@ def test_react_episode_oracle_gets_1_and_noop_gets_0(oracle, noop):
         seg = ep.segments[0]
         sampled = [tok for tok, m in zip(seg.tokens, seg.loss_mask, strict=True) if m]
         assert sampled == [i for t in ep.turns for i in t.completion_ids]
+
+
+REFUSED_HARNESS = """
+import json, os, sys, urllib.error, urllib.request
+body = {"model": "tiny", "messages": [{"role": "wizard", "content": "hi"}]}
+request = urllib.request.Request(
+    os.environ["URL"] + "/chat/completions", data=json.dumps(body).encode(),
+    headers={"Authorization": "Bearer " + os.environ["KEY"], "Content-Type": "application/json"})
+try:
+    urllib.request.urlopen(request, timeout=30)
+except urllib.error.HTTPError as e:
+    sys.exit("unexpected reply from the model server")  # what an agent prints: not the cause
+"""
+
+
+def test_harness_the_proxy_refused_is_proxy_rejected_not_a_crash(oracle):
+    """A harness that gives up after a 4xx: the failure says so, and the episode's log carries
+    the status and message (not only the harness's own unrelated last words)."""
+    ray, pod, _ = oracle
+    task = next(t for t in load_suite("smoke") if t.id == "json_extract")
+    options = {
+        "name": "refused",
+        "command": ["python3", "-c", REFUSED_HARNESS],
+        "env": {"URL": "{base_url}", "KEY": "{api_key}"},
+    }
+    ep = ray.get(pod.run_episode.remote(task.model_dump(), "command", harness_options=options))
+    assert (ep.status, ep.failure, ep.harness_exit_code) == ("failed", "proxy_rejected", 1)
+    assert "proxy rejected: 400 messages[0].role" in ep.harness_log, ep.harness_log
+    assert "unexpected reply" in ep.harness_log and ep.turns == []

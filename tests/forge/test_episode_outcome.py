@@ -32,8 +32,15 @@ def _turn(i: int, finish: str = "stop", invalid: int = 0, delivered: bool = True
     )
 
 
-def _state(*turns: Turn, errors: tuple[str, ...] = (), **rejected: int) -> AttemptState:
-    return AttemptState("e", 0, "k", turns=list(turns), errors=list(errors), rejected=rejected)
+def _state(
+    *turns: Turn, errors: tuple[str, ...] = (), refusals: tuple[str, ...] = (), **rejected: int
+) -> AttemptState:
+    state = AttemptState("e", 0, "k", turns=list(turns), errors=list(errors), rejected=rejected)
+    state.refusals = list(refusals)
+    return state
+
+
+REFUSED = ("400 messages[1].role: unknown role 'wizard'",)
 
 
 EXIT0 = ExecResult(0, "", "")
@@ -55,6 +62,12 @@ TIMEOUT = ExecResult(-1, "", "", timed_out=True)
         (CRASH, _state(_turn(0, finish="length")), (None, "token_limit")),
         (CRASH, _state(_turn(0, invalid=1)), (None, "unparseable_tool_call")),
         (CRASH, _state(_turn(0)), ("harness_crash", None)),  # nothing the model did explains it
+        # the proxy refused what the harness sent, and it gave up: never a disguised crash
+        (CRASH, _state(_turn(0), refusals=REFUSED), ("proxy_rejected", None)),
+        (CRASH, _state(refusals=REFUSED), ("proxy_rejected", None)),
+        (TIMEOUT, _state(refusals=REFUSED), ("proxy_rejected", None)),  # retried it until killed
+        (EXIT0, _state(_turn(0), refusals=REFUSED), (None, None)),  # it recovered: verifier says
+        (CRASH, _state(_turn(0), refusals=REFUSED, context_full=1), (None, "context_full")),
         # killed by a signal (OOM killer, an operator): whatever its last answer was
         (ExecResult(137, "", ""), _state(_turn(0, finish="length")), ("harness_killed", None)),
         (ExecResult(-9, "", ""), _state(_turn(0, invalid=1)), ("harness_killed", None)),

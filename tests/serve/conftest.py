@@ -45,11 +45,15 @@ class FakeBackend:
         self.reply = reply
         self.fail = fail
         self.calls: list[tuple[Any, ChatRequest, WireOptions, dict[str, Any]]] = []
+        self.refusals: list[tuple[Any, int, str]] = []
 
     async def authorize(self, request: Request) -> Any:
         if request_api_key(request) != API_KEY:
             raise ProtocolError(401, "invalid or missing API key")
         return dict(request.path_params)
+
+    async def refused(self, ctx: Any, err: ProtocolError) -> None:
+        self.refusals.append((ctx, err.status, err.message))
 
     async def generate(
         self,

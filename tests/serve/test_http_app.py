@@ -198,3 +198,22 @@ def test_request_api_key():
     assert request_api_key(_request({})) is None
     both = _request({"Authorization": "Bearer a", "x-api-key": "b"})
     assert request_api_key(both) == "a"
+
+
+def test_backend_is_told_of_each_4xx_to_an_authorised_request(kit):
+    """What the HarnessPod records as ``proxy_rejected``: refusals after authorisation reach
+    the backend with their status and message; a refused key belongs to nobody."""
+    backend = kit.FakeBackend()
+    app = kit.make_app(backend, prefix=PREFIX, max_body_bytes=1000)
+    path = "/episodes/ep-1/attempts/0/v1/chat/completions"
+    assert _post(app, kit, path, {"model": "policy", "messages": "hi"}).status_code == 400
+    assert _post(app, kit, path, content=b"{oops").status_code == 400
+    assert _post(app, kit, path, content=b"x" * 2000).status_code == 413
+    assert _post(app, kit, path, CHAT, headers={"Authorization": "Bearer no"}).status_code == 401
+    assert _post(app, kit, path, CHAT).status_code == 200
+    assert [(ctx["episode_id"], status) for ctx, status, _ in backend.refusals] == [
+        ("ep-1", 400),
+        ("ep-1", 400),
+        ("ep-1", 413),
+    ]
+    assert "messages" in backend.refusals[0][2]

@@ -164,6 +164,9 @@ class GatedBackend:
     async def models(self, ctx: Any) -> list[str]:
         return ["m"]
 
+    async def refused(self, ctx, err) -> None:
+        return None
+
     async def generate(self, ctx, chat, opts, raw_body, live=None) -> Completion:
         assert live is not None
         live.start([1, 2, 3])
