@@ -5,84 +5,91 @@ through whatever shell- or file-writing tool the harness offers, one step per mo
 answers (through a ``finish``-style tool if there is one). With no script, or ``mode="noop"``,
 it never calls a tool. Its text is tokenized with the configured model's tokenizer, so its
 records have exactly the shape of a real model's.
+
+It follows each tool's contract (:mod:`serve.engines.scripted_tools`): a file step goes through
+the write tool with the tool's own parameter names and path convention, and when the result of
+that call reads as a refusal, the same step is redone through the shell (a heredoc), or, with no
+shell, through the write tool once more with the other path convention (absolute <-> relative).
+
+It keeps no state: many attempts run at once, so where it stands is derived from the request
+alone. Its own earlier tool calls are replayed in order against their results (matched by call
+id, else by position): a call advances to the next step unless it was a write-tool call whose
+result was a refusal and the step has a fallback left, in which case the step's next way is due.
+A step no offered tool can perform (a command with no shell) is passed over.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import replace
 from typing import Any
 
-from forge.types import ChatRequest, Tool, ToolCall
+from forge.types import ChatRequest, Message, Tool, ToolCall
 from serve.chat_template import render_assistant
 from serve.engines.base import EngineOutput, EngineRequest
+from serve.engines.scripted_tools import (
+    DEFAULT_WORKSPACE,
+    Writer,
+    absolute,
+    find_finish_tool,
+    find_shell_tool,
+    find_write_tool,
+    flagged,
+    heredoc,
+    props,
+    refused,
+    workspace_of,
+)
 from serve.models import build_byte_tokenizer, load_model
 
-SHELL_NAMES = ("shell", "bash", "exec", "command", "terminal", "run", "sh")
-SHELL_PARAMS = ("command", "cmd", "script", "commands", "input")
-WRITE_PATH_PARAMS = ("path", "file_path", "filename", "file")
-WRITE_CONTENT_PARAMS = ("content", "contents", "text", "data")
-FINISH_NAMES = ("finish", "submit", "final_answer", "done")
+__all__ = [
+    "NOOP_ANSWER",
+    "ScriptedEngine",
+    "finish_call",
+    "heredoc",
+    "next_action",
+    "step_call",
+    "step_calls",
+]
+
 NOOP_ANSWER = "I will not use any tools for this."
+SUBMIT_MARKERS = ("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT",)
 
 
-def _props(tool: Tool) -> dict[str, Any]:
-    props = tool.parameters.get("properties") if isinstance(tool.parameters, dict) else None
-    return props if isinstance(props, dict) else {}
-
-
-def _string_param(tool: Tool, names: tuple[str, ...]) -> str | None:
-    props = _props(tool)
-    for name in names:
-        spec = props.get(name)
-        if isinstance(spec, dict) and spec.get("type") in ("string", None):
-            return name
-    return None
-
-
-def find_shell_tool(tools: list[Tool]) -> tuple[Tool, str] | None:
-    """A tool that runs a shell command, and the name of its command parameter."""
-    for tool in tools:
-        lname = tool.name.lower()
-        if tool.kind == "function" and any(s in lname for s in SHELL_NAMES):
-            param = _string_param(tool, SHELL_PARAMS)
-            if param:
-                return tool, param
-    return None
-
-
-def find_write_tool(tools: list[Tool]) -> tuple[Tool, str, str] | None:
-    for tool in tools:
-        if tool.kind == "function" and "write" in tool.name.lower():
-            path = _string_param(tool, WRITE_PATH_PARAMS)
-            content = _string_param(tool, WRITE_CONTENT_PARAMS)
-            if path and content:
-                return tool, path, content
-    return None
-
-
-def heredoc(path: str, content: str) -> str:
-    marker = "FORGE_EOF"
-    while marker in content:
-        marker += "_"
-    body = content if content.endswith("\n") else content + "\n"
-    parent = f"mkdir -p \"$(dirname '{path}')\" && " if "/" in path else ""
-    return f"{parent}cat > '{path}' <<'{marker}'\n{body}{marker}"
-
-
-def step_call(step: Any, tools: list[Tool], call_id: str) -> ToolCall | None:
-    """The tool call that performs one solution step with the tools on offer."""
+def _shell_call(tools: list[Tool], command: str, call_id: str) -> ToolCall | None:
     shell = find_shell_tool(tools)
-    writer = find_write_tool(tools)
-    if isinstance(step, dict) and writer is not None:
-        tool, pkey, ckey = writer
-        args = {pkey: step["path"], ckey: step["content"]}
-        return ToolCall(call_id, tool.name, json.dumps(args, ensure_ascii=False))
     if shell is None:
         return None
-    command = heredoc(step["path"], step["content"]) if isinstance(step, dict) else str(step)
     tool, param = shell
     return ToolCall(call_id, tool.name, json.dumps({param: command}, ensure_ascii=False))
+
+
+def step_calls(
+    step: Any, tools: list[Tool], call_id: str, workspace: str = DEFAULT_WORKSPACE
+) -> list[ToolCall]:
+    """The ways to perform one solution step with the tools on offer, best first: for a file
+    step, the write tool with its path convention, then the shell (or, with no shell, the write
+    tool with the other convention); for a command, the shell. Empty: no tool can do it."""
+    if not isinstance(step, dict):
+        call = _shell_call(tools, str(step), call_id)
+        return [call] if call else []
+    path, content = str(step["path"]), str(step["content"])
+    writer = find_write_tool(tools)
+    shell = _shell_call(tools, heredoc(path, content), call_id)
+    if writer is None:
+        return [shell] if shell else []
+    full = absolute(path, workspace)
+    first, other = (full, path) if writer.absolute else (path, full)
+    return [writer.call(first, content, call_id), shell or writer.call(other, content, call_id)]
+
+
+def step_call(
+    step: Any, tools: list[Tool], call_id: str, workspace: str = DEFAULT_WORKSPACE
+) -> ToolCall | None:
+    """The first way to perform one solution step (see :func:`step_calls`)."""
+    calls = step_calls(step, tools, call_id, workspace)
+    return calls[0] if calls else None
 
 
 def finish_call(
@@ -91,25 +98,54 @@ def finish_call(
     """A call of the harness's finish tool with ``answer``; where the harness ends a task by a
     shell command whose first output line is a marker its prompt names (mini-swe-agent's
     ``COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT``), that command, with the answer after it."""
-    for tool in tools:
-        if tool.kind == "function" and tool.name.lower() in FINISH_NAMES:
-            props = list(_props(tool))
-            key = props[0] if props else "answer"
-            return ToolCall(call_id, tool.name, json.dumps({key: answer}, ensure_ascii=False))
-    shell = find_shell_tool(tools)
-    if submit_marker and shell is not None:
-        tool, param = shell
+    tool = find_finish_tool(tools)
+    if tool is not None:
+        keys = list(props(tool))
+        key = keys[0] if keys else "answer"
+        return ToolCall(call_id, tool.name, json.dumps({key: answer}, ensure_ascii=False))
+    if submit_marker:
         command = f"printf '%s\\n%s\\n' {submit_marker} {shlex.quote(answer)}"
-        return ToolCall(call_id, tool.name, json.dumps({param: command}, ensure_ascii=False))
+        return _shell_call(tools, command, call_id)
     return None
-
-
-SUBMIT_MARKERS = ("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT",)
 
 
 def _submit_marker(chat: ChatRequest) -> str | None:
     text = " ".join(str(m.content) for m in chat.messages if m.role in ("system", "user"))
     return next((m for m in SUBMIT_MARKERS if m in text), None)
+
+
+def calls_with_results(messages: list[Message]) -> list[tuple[ToolCall, Message | None]]:
+    """Every assistant tool call in the history, in order, with its result message: the tool
+    message answering its id, else the tool message at its position after the call's turn."""
+    by_id = {m.tool_call_id: m for m in messages if m.role == "tool" and m.tool_call_id}
+    out: list[tuple[ToolCall, Message | None]] = []
+    for i, message in enumerate(messages):
+        if message.role != "assistant" or not message.tool_calls:
+            continue
+        following: list[Message] = []
+        for later in messages[i + 1 :]:
+            if later.role == "assistant":
+                break
+            if later.role == "tool":
+                following.append(later)
+        for j, call in enumerate(message.tool_calls):
+            result = by_id.get(call.id)
+            if result is None and j < len(following):
+                result = following[j]
+            out.append((call, result))
+    return out
+
+
+def _failed(call: ToolCall, result: Message | None, writer: Writer | None) -> bool:
+    """A call whose step is not done: a write-tool call that was refused, or any call whose
+    result carries an explicit error flag."""
+    if result is not None and flagged(result):
+        return True
+    return (
+        writer is not None
+        and call.name == writer.tool.name
+        and refused(call, result, writer.path_key)
+    )
 
 
 def next_action(chat: ChatRequest, mode: str = "oracle") -> str:
@@ -119,13 +155,26 @@ def next_action(chat: ChatRequest, mode: str = "oracle") -> str:
     answer = script.get("answer") or "Done."
     if mode == "noop" or chat.script is None:
         return NOOP_ANSWER
-    done = sum(len(m.tool_calls) for m in chat.messages if m.role == "assistant")
-    call_id = f"call_{done}"
-    if done < len(steps):
-        call = step_call(steps[done], chat.tools, call_id)
-        if call is not None:
-            return render_assistant("", [call])
-    elif done == len(steps):
+    workspace = workspace_of(chat)
+    writer = find_write_tool(chat.tools)
+    history = calls_with_results(chat.messages)
+    ways = [step_calls(s, chat.tools, "", workspace) for s in steps]
+
+    def due(i: int) -> int:  # the first step at or after i that some tool can perform
+        while i < len(steps) and not ways[i]:
+            i += 1
+        return i
+
+    step, tries = due(0), 0  # the step due, and how many of its ways were refused
+    for call, result in history:
+        if step < len(steps) and tries + 1 < len(ways[step]) and _failed(call, result, writer):
+            tries += 1
+        else:
+            step, tries = due(step + 1), 0
+    call_id = f"call_{len(history)}"
+    if step < len(steps):
+        return render_assistant("", [replace(ways[step][tries], id=call_id)])
+    if step == len(steps):
         call = finish_call(chat.tools, answer, call_id, _submit_marker(chat))
         if call is not None:
             return render_assistant("", [call])
