@@ -103,10 +103,11 @@ async def run_attempt(
         isolation=pod.sandbox_config.isolation,
     )
     pod.sandboxes.add(sandbox)
+    script = task.reference_script()
     info = pod.open_attempt(
         episode_id,
         attempt,
-        script=task.reference_script(),
+        script=script,
         max_tokens=task.limits.max_tokens_per_turn,
         temperature=temperature,
     )
@@ -115,6 +116,8 @@ async def run_attempt(
     reward, detail, error = 0.0, "", ""
     try:
         await asyncio.to_thread(sandbox.create, spec)
+        if script is not None:  # the oracle writes absolute paths where a tool demands them
+            script["workspace"] = sandbox.workspace
         for path, content in task.files.items():
             sandbox.put_file(path, content)
         base = f"http://{sandbox.proxy_host_port()}{info['path']}"
