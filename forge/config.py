@@ -348,7 +348,17 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         return RunConfig.model_validate(data)
     except ValidationError as e:
         where = f"{path}: " if path else ""
-        lines = [
-            f"{where}{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
-        ]
+        lines = [f"{where}{error_line(err)}" for err in e.errors()]
         raise ConfigError("invalid config:\n  " + "\n  ".join(lines)) from None
+
+
+def error_line(err: Any) -> str:
+    """``dotted.field: message`` of one pydantic error. A validator's ``"KEY: detail"`` about
+    a key of the mapping it checked (a harness option) extends the field: ``harness_options.
+    mounts: ...``."""
+    loc = [str(p) for p in err["loc"]]
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    key, sep, detail = msg.partition(": ")
+    if sep and isinstance(err.get("input"), dict) and key in err["input"]:
+        loc, msg = [*loc, key], detail
+    return f"{'.'.join(loc)}: {msg}"

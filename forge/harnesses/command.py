@@ -11,6 +11,9 @@ placeholders, replaced per attempt (any other braces are left alone, so JSON sta
     {instruction}         the task's instruction
     {workspace}           the workspace as the agent sees it
     {home}                the sandbox's home directory
+    {max_turns}           the task's turn limit
+    {timeout_s}           the task's time limit in seconds (an integer when whole)
+    {path}                the sandbox's default PATH, e.g. env: {PATH: "/opt/a/bin:{path}"}
 
 Example (``examples/command-harness.yaml`` runs the built-in ReAct program this way)::
 
@@ -21,24 +24,36 @@ Example (``examples/command-harness.yaml`` runs the built-in ReAct program this 
       files: {"{home}/.my-agent.json": '{"url": "{base_url}", "key": "{api_key}"}'}
       env: {MY_AGENT_MODEL: "{model}"}
       command: [/opt/my-agent/bin/agent, --yes, "{instruction}"]
-      answer: {json_field: final_answer}               # or {last_line: true}
+      answer: {json_field: final_answer}
+
+``answer`` (``forge/harnesses/command_answer.py``): ``{last_line: true}`` (the default),
+``{json_field: F}``, ``{json_path: content.-1.text, where: {type: message}}`` (JSON lines or one
+JSON document on stdout) or ``{file: answer.txt}`` (a file the agent writes; it may take one of
+the other readings too). Mount sources must exist, and ``files`` and ``answer.file`` must lie
+under {workspace} or {home}: both are checked when the config is read.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
-from forge.harnesses.base import AttemptContext, last_json
+from forge.harnesses.base import AttemptContext
+from forge.harnesses.command_answer import AnswerSpec, sandbox_path_problem
 from forge.sandboxes.base import ExecResult
 from forge.sandboxes.bwrap import HOME
 
 PLACEHOLDER = re.compile(
-    r"\{(base_url|anthropic_base_url|api_key|model|instruction|workspace|home)\}"
+    r"\{(base_url|anthropic_base_url|api_key|model|instruction|workspace|home|max_turns"
+    r"|timeout_s|path)\}"
 )
 PROTOCOLS = ("chat", "responses", "anthropic")
+NOT_READ = object()  # final_answer was not handed the answer file
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
 
 
 def fill(template: str, ctx: AttemptContext) -> str:
@@ -51,8 +66,21 @@ def fill(template: str, ctx: AttemptContext) -> str:
         "instruction": ctx.instruction,
         "workspace": ctx.workspace,
         "home": ctx.path(HOME),
+        "max_turns": str(ctx.max_turns),
+        "timeout_s": _number(ctx.timeout_s),
+        "path": ctx.path_var,
     }
     return PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+
+
+def _strings(option: str, value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ValueError(f"{option}: a mapping of strings to strings")
+    return dict(value)
 
 
 class CommandHarness:
@@ -71,31 +99,42 @@ class CommandHarness:
         """``command``: the episode's argv (placeholders allowed). ``protocol``: the wire
         protocol the agent speaks (chat, responses, anthropic). ``mounts``: host path ->
         sandbox path, read-only. ``files``: sandbox path -> content, written before the episode
-        (paths under {home} or the workspace). ``env``: extra environment. ``answer``:
-        ``{json_field: F}`` (F of the last JSON line of stdout that has it) or ``{last_line:
-        true}`` (the last non-empty stdout line, the default)."""
-        if not command or not all(isinstance(a, str) for a in command):
+        (paths under {home} or the workspace). ``env``: extra environment. ``answer``: where
+        the final answer is (see ``forge/harnesses/command_answer.py``)."""
+        if (
+            not isinstance(command, list)
+            or not command
+            or not all(isinstance(a, str) for a in command)
+        ):
             raise ValueError("command: a non-empty list of strings")
         if protocol not in PROTOCOLS:
             raise ValueError(f"protocol: {protocol!r} is not one of {', '.join(PROTOCOLS)}")
-        answer = answer or {"last_line": True}
-        if set(answer) - {"json_field", "last_line"} or len(answer) != 1:
-            raise ValueError("answer: give exactly one of json_field: NAME or last_line: true")
         self.name, self.protocol = name, protocol
         self.argv = list(command)
-        self.mounts = dict(mounts or {})
-        self.templates = dict(files or {})
-        self.extra_env = dict(env or {})
-        self.answer = answer
+        self.mounts = _strings("mounts", mounts)
+        self.templates = _strings("files", files)
+        for path in self.templates:
+            if problem := sandbox_path_problem(path):
+                raise ValueError(f"files: {problem}")
+        self.extra_env = _strings("env", env)
+        self.answer = AnswerSpec(answer)
 
     @staticmethod
     def normalize_options(options: dict[str, Any]) -> dict[str, Any]:
         """Relative mount sources made absolute against the cwd of whoever reads the config
-        (the driver), not of the pod that runs the attempt."""
+        (the driver), not of the pod that runs the attempt; a source that does not exist stops
+        the run here, not as a failed sandbox in every episode."""
         mounts = options.get("mounts")
         if not isinstance(mounts, dict):
             return options
-        return {**options, "mounts": {str(Path(h).resolve()): t for h, t in mounts.items()}}
+        resolved = {}
+        for host, target in mounts.items():
+            path = Path(str(host)).expanduser().resolve()
+            if not path.exists():
+                where = "" if Path(str(host)).is_absolute() else f" (relative to {Path.cwd()})"
+                raise ValueError(f"mounts: {str(host)!r} does not exist{where}")
+            resolved[str(path)] = target
+        return {**options, "mounts": resolved}
 
     def ro_mounts(self) -> dict[str, str]:
         return self.mounts
@@ -112,13 +151,18 @@ class CommandHarness:
             ctx.path(a) if a.startswith("/") else a for a in map(lambda t: fill(t, ctx), self.argv)
         ]
 
-    def final_answer(self, result: ExecResult) -> str | None:
-        lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
-        field = self.answer.get("json_field")
-        if field is None:
-            return lines[-1] if lines else None
-        record = last_json(result.stdout, lambda r: field in r)
-        if record is None:
+    def answer_file(self, ctx: AttemptContext) -> str | None:
+        """The sandbox path of the file the agent writes its answer to (``answer.file``), which
+        the episode reads after the command and hands to :meth:`final_answer`; None: stdout."""
+        return None if self.answer.file is None else fill(self.answer.file, ctx)
+
+    def final_answer(self, result: ExecResult, answer_file: Any = NOT_READ) -> str | None:
+        """The answer from stdout, or from ``answer_file`` (the bytes of :meth:`answer_file`,
+        None when the agent wrote none)."""
+        if self.answer.file is None:
+            return self.answer.read(result.stdout)
+        if answer_file is NOT_READ:
+            raise RuntimeError("answer.file: the episode did not read the answer file")
+        if answer_file is None:
             return None
-        value = record[field]
-        return value if isinstance(value, str) else json.dumps(value)
+        return self.answer.read(bytes(answer_file).decode(errors="replace"))

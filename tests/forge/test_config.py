@@ -164,3 +164,15 @@ def test_policy_config_validates_from_a_dict() -> None:
     assert config.replicas == 2
     with pytest.raises(ValueError, match="extra"):
         PolicyConfig.model_validate({"replica": 2})
+
+
+def test_a_harness_option_error_names_the_option() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["harness=command", "harness_options={command: [a], protocol: grpc}"])
+    text = str(err.value)
+    assert "  harness_options.protocol: 'grpc' is not one of chat, responses, anthropic" in text
+    assert "Value error" not in text
+    # a message about something that is not one of the options keeps the field as it is
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["harness=command", "harness_options={}"])
+    assert "  harness_options: CommandHarness: missing" in str(err.value)
