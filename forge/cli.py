@@ -45,12 +45,20 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _config_and_overrides(args: argparse.Namespace) -> tuple[str | None, list[str]]:
+    """The config file (the first positional that is a file or holds no '=') and the
+    key=value overrides, in whatever order they were given."""
+    items = [x for x in (args.config, *args.overrides) if x is not None]
+    path = next((x for x in items if "=" not in x or os.path.exists(x)), None)
+    if path is not None:
+        items.remove(path)
+    return path, items
+
+
 def _run(args: argparse.Namespace) -> int:
     from forge.driver import main as run_main
 
-    path, overrides = args.config, list(args.overrides)
-    if path is not None and "=" in path and not os.path.exists(path):
-        path, overrides = None, [path, *overrides]  # `forge run key=value ...`
+    path, overrides = _config_and_overrides(args)
     if args.resume:
         if path is not None:
             print("forge run: give either a config or --resume RUN_DIR", file=sys.stderr)
@@ -95,17 +103,22 @@ def _tasks(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     from forge.evaluate import main as eval_main
 
-    overrides = list(args.overrides)
+    path, overrides = _config_and_overrides(args)
+    if path is None:
+        print("forge eval: give a config, e.g. examples/oracle.yaml", file=sys.stderr)
+        return 2
     if args.tasks:
         overrides.append(f"tasks={args.tasks}")
     try:
-        config = load_config(args.config, overrides)
+        config = load_config(path, overrides)
     except ConfigError as e:
         print(f"forge eval: {e}", file=sys.stderr)
         return 2
-    harnesses = [h.strip() for h in (args.harness or config.harness).split(",") if h.strip()]
+    # the config's own harness unless --harness or --harness-config say which to compare
+    named = args.harness or ("" if args.harness_config else config.harness)
+    harnesses = [h.strip() for h in named.split(",") if h.strip()]
     out = Path(args.out or os.path.join(config.runs_dir, f"eval-{config.name}"))
-    return eval_main(config, harnesses, args.k, out)
+    return eval_main(config, harnesses, args.k, out, args.harness_config or [])
 
 
 def _analyze(args: argparse.Namespace) -> int:
@@ -160,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("config", nargs="?", help="YAML config file")
     run.add_argument("overrides", nargs="*", help="key=value overrides, e.g. policy.replicas=2")
     run.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
-    run.set_defaults(func=_run)
+    run.set_defaults(func=_run, intermixed=True)
 
     srv = sub.add_parser("serve", help="serve a model over HTTP on 127.0.0.1")
     srv.add_argument("--model", default="tiny", help="tiny, smollm2-135m or a checkpoint dir")
@@ -181,13 +194,23 @@ def build_parser() -> argparse.ArgumentParser:
     tasks.set_defaults(func=_tasks)
 
     ev = sub.add_parser("eval", help="pass@1, pass@k, pass^k per harness on a task suite")
-    ev.add_argument("config", help="YAML config (policy, limits), e.g. examples/oracle.yaml")
+    ev.add_argument(
+        "config", nargs="?", help="YAML config (policy, limits), e.g. examples/oracle.yaml"
+    )
     ev.add_argument("overrides", nargs="*", help="key=value overrides")
-    ev.add_argument("--harness", help="comma-separated harnesses (default: the config's)")
+    ev.add_argument("--harness", help="comma-separated built-in harnesses (default: the config's)")
+    ev.add_argument(
+        "--harness-config",
+        action="append",
+        metavar="FILE",
+        help="agents to compare, defined in FILE: a harness definition (harness + "
+        "harness_options), a command agent's options with its name, or agents: {NAME: ...}; "
+        "repeatable",
+    )
     ev.add_argument("--tasks", help="task suite (default: the config's)")
     ev.add_argument("-k", type=int, default=1, help="attempts per task and harness")
     ev.add_argument("--out", help="output folder (default: runs/eval-<name>)")
-    ev.set_defaults(func=_eval)
+    ev.set_defaults(func=_eval, intermixed=True)
 
     ana = sub.add_parser("analyze", help="tool-use behaviour per policy version of a run")
     ana.add_argument("run_dir", help="a run directory (runs/<name>)")
@@ -198,11 +221,29 @@ def build_parser() -> argparse.ArgumentParser:
     har.add_argument("names", nargs="*", help="harnesses to install (default: all)")
     har.add_argument("--force", action="store_true", help="reinstall")
     har.set_defaults(func=_harness)
+    parser.set_defaults(commands=sub.choices)
     return parser
 
 
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line. ``run`` and ``eval`` take their key=value overrides before, between
+    or after their flags (``forge eval CFG --harness react task_ids=[a]``)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if not getattr(args, "intermixed", False):
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        return args
+    # The command's own arguments, positionals and flags in any order; the top-level flags
+    # (-v) all come before the command's name.
+    rest = argv[argv.index(args.command) + 1 :]
+    own = args.commands[args.command].parse_intermixed_args(rest)
+    return argparse.Namespace(**{**vars(args), **vars(own)})
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -10,22 +10,39 @@ that fails counts as a failure, with its reason) and the episodes are scored:
 plus mean turns, tool calls by tool name and failures by reason. ``DIR/eval.json`` holds
 ``{"harnesses": {NAME: {...}}}``, ``DIR/eval.md`` the table, ``DIR/<harness>/episodes.jsonl``
 every finished episode and ``DIR/<harness>/episodes/failures.jsonl`` every failed attempt.
+
+The rows are agents: a built-in harness named with ``--harness`` (the config's own harness with
+the config's options, any other as shipped), or an agent defined in a ``--harness-config FILE``
+(repeatable). Such a file holds one of:
+
+    a harness definition    harness: KIND + harness_options: {...} (a whole run config is fine:
+                            only those two fields are read; policy and tasks come from CONFIG)
+    a command agent         just the options of ``harness: command``, with its ``name``
+    several named agents    agents: {NAME: <either of the above>, ...}
+
+A row is keyed by its agent's name: the ``agents`` key, else ``harness_options.name`` of a
+command agent, else the harness kind. Names are unique across all files and ``--harness`` and
+name the output folder ``DIR/<name>/``; ``eval.json`` records each row's harness kind and where
+it was defined.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import ray
+import yaml
 from pydantic import ValidationError
 
 from forge.cluster import init_ray
-from forge.config import RunConfig
+from forge.config import ConfigError, RunConfig, error_line
 from forge.fidelity import wire_fidelity
 from forge.harnesses import HARNESSES, require
 from forge.harnesses.install import HarnessNotInstalled
@@ -96,28 +113,131 @@ def table(results: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def evaluate(config: RunConfig, harnesses: list[str], k: int, out: Path) -> dict[str, Any]:
+@dataclass
+class Agent:
+    """One row of the comparison: a harness kind with its options, under a name."""
+
+    name: str
+    harness: str
+    options: dict[str, Any]
+    source: str  # where it was defined: "--harness" or a harness-config file
+
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _definition(body: Any, path: str, field: str) -> tuple[str, dict[str, Any]]:
+    """``(harness, options)`` of the agent defined by ``body`` at ``field`` (empty: the top
+    level) of file ``path``, validated as a run config validates its harness."""
+    if not isinstance(body, dict):
+        raise ConfigError(f"{path}: {field or 'top level'}: expected a mapping")
+    shaped = "harness" in body or "harness_options" in body
+    data = body if shaped else {"harness": "command", "harness_options": body}
+    try:
+        run = RunConfig.model_validate(data)
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            line = error_line(err)
+            if not shaped:  # the user wrote the options themselves: name their fields
+                line = line.removeprefix("harness_options")
+                line = f"{field}{line}" if field else line.lstrip(".: ")
+            elif field:
+                line = f"{field}.{line}"
+            lines.append(f"{path}: {line}")
+        raise ConfigError("invalid harness config:\n  " + "\n  ".join(lines)) from None
+    return run.harness, run.harness_options
+
+
+def agents_from_file(path: str) -> list[Agent]:
+    """The agents a ``--harness-config`` file defines (the shapes are in the module's doc)."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"--harness-config {path}: {e}") from None
+    if not isinstance(data, dict) or not data:
+        raise ConfigError(f"{path}: expected a mapping (a harness definition or agents: {{...}})")
+    if "agents" not in data:
+        harness, options = _definition(data, path, "")
+        name = options.get("name", harness) if harness == "command" else harness
+        field = "harness_options.name" if "harness_options" in data else "name"
+        return [_named(Agent(name, harness, options, path), field)]
+    if set(data) != {"agents"}:
+        extra = sorted(set(data) - {"agents"})
+        raise ConfigError(f"{path}: {extra[0]}: nothing goes beside agents")
+    if not isinstance(data["agents"], dict) or not data["agents"]:
+        raise ConfigError(f"{path}: agents: a mapping of name -> agent")
+    agents = []
+    for key, body in data["agents"].items():
+        field = f"agents.{key}"
+        harness, options = _definition(body, path, field)
+        if harness == "command":
+            given = options.setdefault("name", str(key))
+            if given != str(key):
+                raise ConfigError(f"{path}: {field}: name {given!r} differs from its key")
+        agents.append(_named(Agent(str(key), harness, options, path), field))
+    return agents
+
+
+def _named(agent: Agent, field: str) -> Agent:
+    if not NAME.fullmatch(agent.name) or agent.name in (".", ".."):
+        raise ConfigError(
+            f"{agent.source}: {field}: {agent.name!r} is not a name of letters, digits, "
+            "'.', '_' and '-' (it names the agent's output folder)"
+        )
+    return agent
+
+
+def plan(config: RunConfig, harnesses: list[str], files: list[str]) -> list[Agent]:
+    """The rows: built-in ``harnesses`` then the agents of ``files``; ValueError on an unknown
+    harness, a bad file or a name defined twice."""
+    agents = []
+    for kind in harnesses:
+        if kind not in HARNESSES:
+            raise ValueError(f"--harness: unknown {kind!r}; known: {', '.join(sorted(HARNESSES))}")
+        # the config's options belong to its own harness; the others run as shipped
+        options = config.harness_options if kind == config.harness else {}
+        name = options.get("name", kind) if kind == "command" else kind
+        field = "harness_options.name" if kind == "command" else kind
+        agents.append(_named(Agent(name, kind, dict(options), "--harness"), field))
+    for path in files:
+        agents.extend(agents_from_file(path))
+    seen: dict[str, str] = {}
+    for agent in agents:
+        if agent.name in seen:
+            raise ValueError(
+                f"agent name {agent.name!r} is defined twice: by {seen[agent.name]} and by "
+                f"{agent.source} (give each agent its own name)"
+            )
+        seen[agent.name] = agent.source
+    return agents
+
+
+def summary(name: str, r: dict[str, Any], episodes: int) -> str:
+    """The line printed when an agent is done (for k=1 the three rates are one number)."""
+    k = r["k"]
+    rates = f"pass@1 {r['pass@1']:.3f}"
+    if k > 1:
+        rates += f", pass@{k} {r['pass@k']:.3f}, pass^{k} {r['pass^k']:.3f}"
+    return f"[forge] {name}: {rates} ({episodes} episodes, {r['seconds']:.0f}s)"
+
+
+def evaluate(config: RunConfig, agents: list[Agent], k: int, out: Path) -> dict[str, Any]:
     from actors.replay_buffer import ReplayBuffer
     from actors.scheduler import Scheduler
     from serve.policy import deploy_policy
     from tasks.loader import load_suite
 
-    for name in harnesses:
-        if name not in HARNESSES:
-            raise ValueError(f"--harness: unknown {name!r}; known: {', '.join(sorted(HARNESSES))}")
     runs = {}
-    for name in harnesses:
+    for agent in agents:
         data = config.model_dump()
         data["rollout"]["max_retries"] = 0
-        # the config's options belong to its own harness; the others run as shipped
-        data.update(
-            harness=name, harness_options=data["harness_options"] if name == config.harness else {}
-        )
+        data.update(harness=agent.harness, harness_options=agent.options)
         try:
-            runs[name] = RunConfig.model_validate(data)
+            runs[agent.name] = RunConfig.model_validate(data)
         except ValidationError as e:
-            raise ValueError(f"--harness {name}: {e.errors()[0]['msg']}") from None
-        require(name, runs[name].harness_options)  # stops before anything starts
+            raise ValueError(f"{agent.source} {agent.name}: {error_line(e.errors()[0])}") from None
+        require(agent.harness, agent.options)  # stops before anything starts
     check_isolation(config.sandbox)  # so does a host that cannot isolate sandboxes
     tasks = [t.model_dump() for t in load_suite(config.tasks)]
     if config.task_ids:
@@ -127,7 +247,8 @@ def evaluate(config: RunConfig, harnesses: list[str], k: int, out: Path) -> dict
     init_ray()
     policy = deploy_policy(config.policy, app_name="forge-eval-policy")
     results: dict[str, dict[str, Any]] = {}
-    for name in harnesses:
+    for agent in agents:
+        name = agent.name
         t0 = time.perf_counter()
         run = runs[name]
         folder = out / name
@@ -154,20 +275,27 @@ def evaluate(config: RunConfig, harnesses: list[str], k: int, out: Path) -> dict
             for ep in episodes:
                 f.write(json.dumps(ep.to_dict()) + "\n")
         results[name] = score([t["id"] for t in tasks], episodes, k, failures)
-        results[name]["seconds"] = time.perf_counter() - t0
-        print(
-            f"[forge] {name}: pass@1 {results[name]['pass@1']:.3f}, pass@{k} "
-            f"{results[name]['pass@k']:.3f}, pass^{k} {results[name]['pass^k']:.3f} "
-            f"({len(episodes)} episodes, {results[name]['seconds']:.0f}s)",
-            flush=True,
+        results[name].update(
+            harness=agent.harness, source=agent.source, seconds=time.perf_counter() - t0
         )
+        print(summary(name, results[name], len(episodes)), flush=True)
     return results
 
 
-def main(config: RunConfig, harnesses: list[str], k: int, out: Path) -> int:
-    out.mkdir(parents=True, exist_ok=True)
+def main(
+    config: RunConfig,
+    harnesses: list[str],
+    k: int,
+    out: Path,
+    harness_configs: list[str] | None = None,
+) -> int:
+    """``forge eval``: the built-in ``harnesses`` and the agents of ``harness_configs``."""
     try:
-        results = evaluate(config, harnesses, k, out)
+        agents = plan(config, harnesses, harness_configs or [])
+        if not agents:
+            raise ValueError("no harness to evaluate: give --harness or --harness-config")
+        out.mkdir(parents=True, exist_ok=True)
+        results = evaluate(config, agents, k, out)
     except (ValueError, HarnessNotInstalled, IsolationUnavailable) as e:
         print(f"forge eval: {e}", file=sys.stderr)
         return 2

@@ -41,6 +41,60 @@ def test_tasks_command_names_file_and_field(tmp_path: Path) -> None:
     assert ok.returncode == 0 and "tasks valid" in ok.stdout
 
 
+ROOT = Path(__file__).resolve().parents[2]
+MISSING_MOUNT = "harness_options.mounts={missing/agent.py: /opt/agent/agent.py}"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "examples/command-harness.yaml", MISSING_MOUNT],
+        ["run", MISSING_MOUNT, "examples/command-harness.yaml"],
+        ["eval", "examples/command-harness.yaml", "--harness", "command", MISSING_MOUNT],
+        ["eval", "examples/oracle.yaml", "--harness-config", "AGENT"],
+    ],
+)
+def test_missing_mount_is_refused_when_the_config_loads(tmp_path: Path, argv: list[str]) -> None:
+    """Before Ray or anything else starts: exit 2 naming the field and the path."""
+    agent = tmp_path / "agent.yaml"
+    agent.write_text("name: a\nmounts: {missing/agent.py: /opt/a.py}\ncommand: [a]\n")
+    argv = [str(agent) if a == "AGENT" else a for a in argv]
+    t0 = time.perf_counter()
+    r = subprocess.run([*FORGE, *argv], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    field = f"{agent}: mounts" if "--harness-config" in argv else "harness_options.mounts"
+    assert f"{field}: 'missing/agent.py' does not exist (relative to {ROOT})" in r.stderr
+    assert "Ray" not in r.stdout + r.stderr
+    assert time.perf_counter() - t0 < 30
+
+
+def test_overrides_may_follow_the_flags() -> None:
+    from forge.cli import parse
+
+    args = parse(["eval", "CFG", "--harness", "react", "task_ids=[a]", "-k", "2", "x=1"])
+    assert (args.config, args.overrides, args.harness, args.k) == (
+        "CFG",
+        ["task_ids=[a]", "x=1"],
+        "react",
+        2,
+    )
+    args = parse(["-v", "run", "--resume", "runs/x", "steps=2"])
+    assert (args.verbose, args.resume, args.config, args.overrides) == (
+        True,
+        "runs/x",
+        "steps=2",
+        [],
+    )
+    with pytest.raises(SystemExit):
+        parse(["tasks", "smoke", "extra"])  # other commands take no stray arguments
+    # as a user types it: the override after the flags reaches the config (and is checked)
+    argv = ["eval", "examples/oracle.yaml", "--harness", "react", "policy.replicas=0"]
+    r = subprocess.run([*FORGE, *argv], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 2 and "policy.replicas:" in r.stderr, r.stderr
+    r = subprocess.run([*FORGE, "eval", "-k", "1"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "give a config" in r.stderr
+
+
 @pytest.mark.slow
 def test_forge_run_trains_checkpoints_and_resumes(tmp_path: Path) -> None:
     common = [

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from forge.evaluate import score, table
+from forge.config import RunConfig, load_config
+from forge.evaluate import plan, score, summary, table
 from forge.harnesses.install import PACKAGES
 from forge.types import Episode, Turn
 from tests.forge.test_cli import FORGE, _env
@@ -75,3 +76,134 @@ def test_forge_eval_oracle_passes_and_noop_fails(tmp_path: Path) -> None:
         assert results["oracle"][h]["pass@1"] == 1.0, (h, results["oracle"][h])
         assert results["noop"][h]["pass@1"] == 0.0, (h, results["noop"][h])
         assert results["oracle"][h]["tool_calls"], h  # the oracle used the harness's tools
+
+
+def _write(path: Path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
+AGENT = "command: [python3, /opt/agent/react_agent.py, '{instruction}']\n"
+
+
+def test_summary_line_prints_each_rate_once() -> None:
+    r = {"k": 1, "pass@1": 0.5, "pass@k": 0.5, "pass^k": 0.5, "seconds": 3.2}
+    assert summary("a", r, 4) == "[forge] a: pass@1 0.500 (4 episodes, 3s)"
+    r.update(k=3, **{"pass@k": 0.75, "pass^k": 0.25})
+    assert summary("a", r, 12) == (
+        "[forge] a: pass@1 0.500, pass@3 0.750, pass^3 0.250 (12 episodes, 3s)"
+    )
+
+
+def test_agents_from_harness_configs_are_keyed_by_name(tmp_path: Path) -> None:
+    config = load_config(ROOT / "examples" / "oracle.yaml")
+    options_only = _write(tmp_path / "one.yaml", f"name: solo\n{AGENT}")
+    definition = _write(
+        tmp_path / "def.yaml", f"harness: command\nharness_options:\n  name: defined\n  {AGENT}"
+    )
+    several = _write(
+        tmp_path / "many.yaml",
+        f"agents:\n  first:\n    {AGENT}  plain-react:\n    harness: react\n"
+        "    harness_options: {max_tokens: 64}\n",
+    )
+    run_config = str(ROOT / "examples" / "command-harness.yaml")  # only its harness is read
+    agents = plan(config, ["react"], [options_only, definition, several, run_config])
+    assert [(a.name, a.harness, a.source) for a in agents] == [
+        ("react", "react", "--harness"),
+        ("solo", "command", options_only),
+        ("defined", "command", definition),
+        ("first", "command", several),
+        ("plain-react", "react", several),
+        ("react-by-config", "command", run_config),
+    ]
+    assert agents[3].options["name"] == "first"  # the key names the command agent
+    assert agents[4].options == {"max_tokens": 64}
+    mount = agents[5].options["mounts"]
+    assert all(Path(host).is_absolute() for host in mount)  # resolved while the cwd is known
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("mounts: {no/such.py: /opt/a.py}\n" + AGENT, "{f}: mounts: 'no/such.py' does not exist"),
+        (
+            "agents:\n  a:\n    mounts: {no/such.py: /opt/a.py}\n    " + AGENT,
+            "{f}: agents.a.mounts: 'no/such.py' does not exist",
+        ),
+        (
+            "harness: command\nharness_options: {command: [a], mounts: {no/such.py: /x}}\n",
+            "{f}: harness_options.mounts: 'no/such.py' does not exist",
+        ),
+        ("agents:\n  a: {command: [a], answer: {jsonpath: x}}\n", "agents.a.answer: unknown key"),
+        ("agents:\n  a: {command: [a], name: b}\n", "{f}: agents.a: name 'b' differs"),
+        ("agents:\n  a b: {command: [a]}\n", "{f}: agents.a b: 'a b' is not a name"),
+        ("agents: {a: {command: [a]}}\ntasks: smoke\n", "{f}: tasks: nothing goes beside"),
+        ("agents: []\n", "{f}: agents: a mapping of name -> agent"),
+        ("name: ../up\ncommand: [a]\n", "{f}: name: '../up' is not a name"),
+        (
+            "harness: command\nharness_options: {name: a/b, command: [a]}\n",
+            "{f}: harness_options.name: 'a/b' is not a name",
+        ),
+        ("command: [a]\nshell: true\n", "{f}: unknown option(s) ['shell']"),
+        ("- a\n", "{f}: expected a mapping"),
+    ],
+)
+def test_bad_harness_config_names_the_file_and_field(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = _write(tmp_path / "agent.yaml", text)
+    with pytest.raises(ValueError) as info:
+        plan(RunConfig(), [], [path])
+    assert message.format(f=path) in str(info.value)
+
+
+def test_a_name_defined_twice_names_both_files(tmp_path: Path) -> None:
+    a = _write(tmp_path / "a.yaml", f"name: same\n{AGENT}")
+    b = _write(tmp_path / "b.yaml", f"agents:\n  same:\n    {AGENT}")
+    with pytest.raises(ValueError, match=f"'same' is defined twice: by {a} and by {b}"):
+        plan(RunConfig(), [], [a, b])
+    unnamed = _write(tmp_path / "c.yaml", AGENT)  # a command agent is called "command"
+    with pytest.raises(ValueError, match=f"by --harness and by {unnamed}"):
+        plan(
+            RunConfig(harness="command", harness_options={"command": ["x"]}), ["command"], [unnamed]
+        )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_forge_eval_compares_command_agents_by_name(tmp_path: Path) -> None:
+    """Three command agents (the ReAct program described by config, from two files) in one
+    table on the oracle policy; overrides after the flags; one rate printed for k=1."""
+    out = tmp_path / "eval"
+    args = [
+        "eval",
+        str(ROOT / "examples" / "oracle.yaml"),
+        "--harness-config",
+        str(ROOT / "examples" / "command-harness.yaml"),
+        "--harness-config",
+        str(ROOT / "examples" / "command-agents.yaml"),
+        "--tasks",
+        "smoke",
+        "--out",
+        str(out),
+        "task_ids=[hello_file,json_extract]",  # an override after the flags
+        "rollout.max_pods=2",
+    ]
+    r = subprocess.run(
+        [*FORGE, *args], capture_output=True, text=True, timeout=800, env=_env(), cwd=ROOT
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    names = ["react-by-config", "react-all-tools", "react-shell-only"]
+    report = json.loads((out / "eval.json").read_text())
+    assert list(report["harnesses"]) == names
+    for name in names:
+        row = report["harnesses"][name]
+        assert row["harness"] == "command" and row["tasks"] == 2, row
+        assert row["pass@1"] == 1.0, (name, row)
+        episodes = [json.loads(x) for x in (out / name / "episodes.jsonl").read_text().splitlines()]
+        assert {e["task_id"] for e in episodes} == {"hello_file", "json_extract"}
+        assert {e["harness"] for e in episodes} == {name}
+        assert f"[forge] {name}: pass@1 1.000 (2 episodes, " in r.stdout
+        assert f"| {name} | 1.000 |" in (out / "eval.md").read_text()
+    assert report["harnesses"]["react-shell-only"]["tool_calls"].keys() <= {"shell", "finish"}
+    assert "pass@1 1.000, pass@1" not in r.stdout
