@@ -138,7 +138,16 @@ async def run_attempt(
         result = await asyncio.to_thread(
             sandbox.exec, harness.command(ctx), task.limits.timeout_s, harness.env(ctx)
         )
-        answer = harness.final_answer(result)
+        answer_file = getattr(harness, "answer_file", None)  # optional: the agent writes it
+        answer_path = answer_file(ctx) if answer_file is not None else None
+        if answer_path is None:
+            answer = harness.final_answer(result)
+        else:  # read before the sandbox goes; a file the agent made unreadable is no answer
+            try:
+                data = sandbox.get_file(answer_path)
+            except ValueError:
+                data = None
+            answer = harness.final_answer(result, data)
     except Exception as e:  # the sandbox itself failed: a failed attempt, not a wrong answer
         log.exception("attempt %s/%s of %s: sandbox error", episode_id, attempt, task.id)
         error = f"{type(e).__name__}: {e}"

@@ -65,7 +65,12 @@ class Harness(Protocol):
         ...
 
     def final_answer(self, result: ExecResult) -> str | None:
-        """The harness's final answer, read from its output."""
+        """The harness's final answer, read from its output.
+
+        A harness whose agent writes its answer to a file also defines ``answer_file(ctx) ->
+        str | None`` (the sandbox path, or None for stdout); the episode then reads that file
+        before the sandbox goes and calls ``final_answer(result, data)`` with its bytes (None
+        when it is missing or unreadable)."""
         ...
 
 

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 
 import pytest
 
-import forge.episode
 from forge.config import ConfigError, load_config
 from forge.harnesses import get_harness
 from forge.harnesses.base import AttemptContext
@@ -182,16 +180,8 @@ def test_example_config_plays_the_oracle(ray_cluster) -> None:
     assert ep.final_answer == (task.reference_script().get("answer") or "Done.")
 
 
-EPISODE_READS_ANSWER_FILE = "answer_file" in inspect.getsource(forge.episode)
-
-
 @pytest.mark.slow
 @pytest.mark.ray
-@pytest.mark.xfail(
-    not EPISODE_READS_ANSWER_FILE,
-    reason="forge/episode.py does not yet read Harness.answer_file",
-    strict=True,
-)
 def test_answer_from_a_file_the_agent_writes(ray_cluster) -> None:
     """The ReAct program's stdout redirected to a file in its home: the answer comes from
     that file (through an episode), not from stdout, which is empty."""
