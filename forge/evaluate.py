@@ -213,6 +213,22 @@ def plan(config: RunConfig, harnesses: list[str], files: list[str]) -> list[Agen
     return agents
 
 
+def rejections(failures_file: Path) -> dict[str, int]:
+    """The first refusal of each ``proxy_rejected`` attempt ("400 messages[1].role: ..."), most
+    common first: what the proxy refused that the agent sent, so the cause is on screen."""
+    causes: Counter[str] = Counter()
+    if not failures_file.exists():
+        return {}
+    for line in failures_file.read_text().splitlines():
+        record = json.loads(line)
+        if record.get("failure") != "proxy_rejected":
+            continue
+        log = record.get("harness_log") or ""
+        first = next((x for x in log.splitlines() if x.startswith("proxy rejected: ")), "")
+        causes[first.removeprefix("proxy rejected: ")[:200] or "?"] += 1
+    return dict(causes.most_common())
+
+
 def summary(name: str, r: dict[str, Any], episodes: int) -> str:
     """The line printed when an agent is done (for k=1 the three rates are one number)."""
     k = r["k"]
@@ -276,9 +292,14 @@ def evaluate(config: RunConfig, agents: list[Agent], k: int, out: Path) -> dict[
                 f.write(json.dumps(ep.to_dict()) + "\n")
         results[name] = score([t["id"] for t in tasks], episodes, k, failures)
         results[name].update(
-            harness=agent.harness, source=agent.source, seconds=time.perf_counter() - t0
+            harness=agent.harness,
+            source=agent.source,
+            seconds=time.perf_counter() - t0,
+            rejections=rejections(folder / "episodes" / "failures.jsonl"),
         )
         print(summary(name, results[name], len(episodes)), flush=True)
+        for cause, n in results[name]["rejections"].items():
+            print(f"[forge] {name}: {n} attempts ended after the proxy refused: {cause}")
     return results
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from forge.config import RunConfig, load_config
-from forge.evaluate import plan, score, summary, table
+from forge.evaluate import plan, rejections, score, summary, table
 from forge.harnesses.install import PACKAGES
 from forge.types import Episode, Turn
 from tests.forge.test_cli import FORGE, _env
@@ -207,3 +207,21 @@ def test_forge_eval_compares_command_agents_by_name(tmp_path: Path) -> None:
         assert f"| {name} | 1.000 |" in (out / "eval.md").read_text()
     assert report["harnesses"]["react-shell-only"]["tool_calls"].keys() <= {"shell", "finish"}
     assert "pass@1 1.000, pass@1" not in r.stdout
+
+
+def test_rejections_name_what_the_proxy_refused(tmp_path: Path) -> None:
+    """The cause of each proxy_rejected attempt, from its log in the buffer's failures file."""
+    log = "proxy rejected: 400 messages[1].role: expected 'user' or 'assistant'\nTraceback"
+    records = [
+        {"failure": "proxy_rejected", "harness_log": log},
+        {"failure": "proxy_rejected", "harness_log": log},
+        {"failure": "proxy_rejected", "harness_log": "proxy rejected: 404 model: unknown"},
+        {"failure": "harness_crash", "harness_log": "proxy rejected: 400 never shown"},
+    ]
+    path = tmp_path / "failures.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert rejections(path) == {
+        "400 messages[1].role: expected 'user' or 'assistant'": 2,
+        "404 model: unknown": 1,
+    }
+    assert rejections(tmp_path / "none.jsonl") == {}
