@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from forge.harnesses import AttemptContext, get_harness
-from forge.sandboxes import make_sandbox
+from forge.sandboxes import sandbox_for
 from forge.sandboxes.base import ExecResult, SandboxSpec
 from forge.trajectory import assemble
 from forge.types import Episode
@@ -97,11 +97,7 @@ async def run_attempt(
         proxy_socket=pod.socket_path,
         proxy_tcp=f"{pod.host}:{pod.port}",
     )
-    sandbox = make_sandbox(
-        pod.sandbox_config.backend,
-        root=pod.sandbox_config.root,
-        isolation=pod.sandbox_config.isolation,
-    )
+    sandbox = sandbox_for(pod.sandbox_config, harness_name)
     pod.sandboxes.add(sandbox)
     script = task.reference_script()
     info = pod.open_attempt(
@@ -160,12 +156,8 @@ async def run_attempt(
     failure, truncated = classify_end(result, state, task.limits.max_turns)
     verifier_boxes: list[Any] = []
 
-    def new_sandbox() -> Any:  # the verifier's own sandboxes: same backend, fresh
-        box = make_sandbox(
-            pod.sandbox_config.backend,
-            root=pod.sandbox_config.root,
-            isolation=pod.sandbox_config.isolation,
-        )
+    def new_sandbox() -> Any:  # the verifier's own sandboxes: same backend, fresh, no harness
+        box = sandbox_for(pod.sandbox_config, None)
         verifier_boxes.append(box)
         pod.sandboxes.add(box)
         return box

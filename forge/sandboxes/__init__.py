@@ -25,6 +25,14 @@ def make_sandbox(backend: str, **options: Any) -> Sandbox:
     return cls(**options)
 
 
+def sandbox_for(config: SandboxConfig, harness: str | None) -> Sandbox:
+    """A new, not yet created sandbox for one attempt of ``harness`` (None: a verifier's
+    sandbox) as ``config`` describes it."""
+    if config.backend == "local":
+        return LocalSandbox(root=config.root, isolation=config.isolation)
+    return make_sandbox(config.backend)
+
+
 def check_isolation(config: SandboxConfig) -> None:
     """Stop a run at its start when its sandboxes cannot be isolated as ``config`` asks:
     raises :class:`IsolationUnavailable` saying why and how to fix it (install bubblewrap, or
@@ -46,4 +54,5 @@ __all__ = [
     "SandboxSpec",
     "check_isolation",
     "make_sandbox",
+    "sandbox_for",
 ]
