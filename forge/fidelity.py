@@ -11,7 +11,11 @@ module explains *why* a merge breaks, from the raw requests the proxy recorded:
     share of the model's tool calls whose id came back at all (some harnesses mint their own);
 ``history_kept``
     share of consecutive requests where the earlier request's messages are an exact prefix of the
-    later one's (a harness that edits, drops or compacts old messages fails this);
+    later one's (a harness that edits, drops or compacts old messages fails this). Messages are
+    compared without what never reaches the prompt: ``cache_control`` markers (Claude-style
+    clients move theirs to the newest block on every call) and ``citations``, on a message or
+    any of its content blocks; and a string ``content`` equals one text block holding it
+    (chat and anthropic). Everything else counts, thinking blocks and tool inputs included;
 ``replies_kept``
     of those, the share where the model's reply follows that prefix in the later request (a
     harness that drops a reply it could not use, such as one without a tool call, fails this).
@@ -36,6 +40,48 @@ def history(turn: Turn) -> list[Any]:
     if isinstance(items, str):
         return [items]
     return list(items) if isinstance(items, list) else []
+
+
+_ANNOTATIONS = ("cache_control", "citations")
+
+
+def comparable(item: Any, protocol: str) -> Any:
+    """``item`` (a message or a Responses item) as the history comparison sees it: without the
+    annotations above, on it and on its content blocks (a tool result's own blocks included),
+    string content written as one text block. Tool inputs and arguments are left as they are."""
+    out = _strip(item)
+    if isinstance(out, dict) and "content" in out:
+        out["content"] = _content(out["content"], protocol)
+    return out
+
+
+def _content(content: Any, protocol: str) -> Any:
+    if isinstance(content, str) and protocol in ("chat", "anthropic"):
+        return [{"type": "text", "text": content}]
+    if not isinstance(content, list):
+        return content
+    blocks = []
+    for raw in content:
+        block = _strip(raw)
+        if _is_tool_result(block, protocol):
+            block["content"] = _content(block["content"], protocol)
+        blocks.append(block)
+    return blocks
+
+
+def _is_tool_result(block: Any, protocol: str) -> bool:
+    return (
+        protocol == "anthropic"
+        and isinstance(block, dict)
+        and block.get("type") == "tool_result"
+        and "content" in block
+    )
+
+
+def _strip(value: Any) -> Any:
+    if not isinstance(value, dict):
+        return value
+    return {key: inner for key, inner in value.items() if key not in _ANNOTATIONS}
 
 
 def echoed_arguments(turn: Turn) -> dict[str, str]:
@@ -66,7 +112,8 @@ def wire_fidelity(episodes: Iterable[Episode]) -> dict[str, Any]:
         turns = sorted(ep.turns, key=lambda t: t.index)
         for prev, nxt in itertools.pairwise(turns):
             pairs += 1
-            before, after = history(prev), history(nxt)
+            before = [comparable(item, prev.protocol) for item in history(prev)]
+            after = [comparable(item, nxt.protocol) for item in history(nxt)]
             if after[: len(before)] == before:
                 kept += 1
                 replies += len(after) > len(before) and _is_reply(after[len(before)])

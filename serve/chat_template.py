@@ -51,7 +51,12 @@ def render_assistant(content: str, tool_calls: list[ToolCall]) -> str:
 
 
 def render(messages: list[Message], tools: list[Tool], add_generation_prompt: bool = True) -> str:
-    """The prompt text for ``messages`` and ``tools``; tokenize it with special tokens parsed."""
+    """The prompt text for ``messages`` and ``tools``; tokenize it with special tokens parsed.
+
+    A leading system message is the system turn (the tools are listed in it); a later one is a
+    system turn where it stands (an agent's environment block in mid-conversation), rendered
+    like a user turn, so the history around it stays a token prefix of the next prompt.
+    """
     msgs = list(messages)
     system = DEFAULT_SYSTEM
     if msgs and msgs[0].role == "system":

@@ -1,8 +1,29 @@
-"""Anthropic Messages (``POST /v1/messages``) <-> ChatRequest / Completion.
+"""Anthropic Messages (``POST /v1/messages``, also ``?beta=true``) <-> ChatRequest / Completion.
 
-A user message holding ``tool_result`` blocks becomes one ``tool`` message per result (in
-order), followed by a user message with its text blocks if it has any. ``tool_use`` inputs become
-JSON argument text; ``thinking`` blocks are dropped; image and document blocks are refused.
+What a request may hold, and how it reaches the chat template:
+
+- ``system`` (a string or text blocks) is the first system turn. A ``role: "system"`` message
+  inside ``messages`` (some agents put their environment block there, mid-conversation) is a
+  system turn *in place*, rendered like any other message, so a conversation that keeps it
+  stays a token-exact prefix of the next one (an empty one is left out, as an empty
+  ``system`` is).
+- Text blocks join with newlines; empty ones are left out (they carry nothing).
+- A user message holding ``tool_result`` blocks becomes one ``tool`` message per result (in
+  order), followed by a user message with its text blocks if it has any. ``tool_use`` inputs
+  become JSON argument text.
+- ``thinking`` and ``redacted_thinking`` blocks are dropped from the prompt, as the API itself
+  does with the thinking of earlier turns: the policy never wrote them, and a harness that keeps
+  or drops them renders the same prompt.
+- Annotations that change nothing the model reads are accepted and ignored: ``cache_control``
+  (with its ``ttl``) on any block or tool, ``citations``, ``metadata``, ``tool_choice`` (checked,
+  not enforced: constraining it would change the prompt between turns), ``top_k`` (checked;
+  training samples without it), ``thinking``, ``service_tier``, ``container``, ``mcp_servers``,
+  ``output_config`` and any other top-level field, and tools with a ``type`` other than
+  ``custom`` (server tools such as ``web_search_...``: the model is not offered them).
+- Refused with a 400 naming the block: image, document and other media blocks (the policy reads
+  text), and the blocks of server tools in history (``server_tool_use``,
+  ``web_search_tool_result``, ...): this proxy runs none, so they come from a transcript of
+  another model that it cannot continue as written.
 """
 
 from __future__ import annotations
@@ -13,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from forge.types import ChatRequest, Completion, Message, SamplingParams, Tool, ToolCall
 from serve.protocol.common import (
+    ProtocolError,
     WireOptions,
     at,
     expect_dict,
@@ -26,14 +48,25 @@ from serve.protocol.common import (
     pieces,
     req_str,
     sse_event,
-    text_content,
 )
 
 if TYPE_CHECKING:
     from serve.live import LiveCompletion
 
 _IGNORED_BLOCKS = ("thinking", "redacted_thinking")
-_MEDIA_BLOCKS = ("image", "document", "search_result", "container_upload")
+_MEDIA_BLOCKS = ("image", "document", "search_result", "container_upload", "tool_reference")
+_SERVER_BLOCKS = (
+    "server_tool_use",
+    "web_search_tool_result",
+    "web_fetch_tool_result",
+    "code_execution_tool_result",
+    "bash_code_execution_tool_result",
+    "text_editor_code_execution_tool_result",
+    "tool_search_tool_result",
+    "mcp_tool_use",
+    "mcp_tool_result",
+)
+_TOOL_CHOICES = ("auto", "any", "tool", "none")
 
 
 def parse_request(body: dict[str, Any]) -> tuple[ChatRequest, WireOptions]:
@@ -44,7 +77,7 @@ def parse_request(body: dict[str, Any]) -> tuple[ChatRequest, WireOptions]:
         raise invalid("max_tokens", "is required")
     messages: list[Message] = []
     if body.get("system") is not None:
-        system = text_content(body["system"], "system", ("text",))
+        system = _text(body["system"], "system")
         if system:
             messages.append(Message(role="system", content=system))
     call_names: dict[str, str] = {}
@@ -60,14 +93,15 @@ def parse_request(body: dict[str, Any]) -> tuple[ChatRequest, WireOptions]:
         sampling.temperature = temperature
     if top_p is not None:
         sampling.top_p = top_p
+    opt_int(body, "top_k", 0)
     if body.get("stop_sequences") is not None:
         for j, stop in enumerate(expect_list(body["stop_sequences"], "stop_sequences")):
             if not isinstance(stop, str):
                 raise invalid(at("stop_sequences", j), "expected a string")
             sampling.stop.append(stop)
-    for key in ("tool_choice", "metadata"):
-        if body.get(key) is not None:
-            expect_dict(body[key], key)
+    _check_tool_choice(body.get("tool_choice"))
+    if body.get("metadata") is not None:
+        expect_dict(body["metadata"], "metadata")
     opts = WireOptions(
         protocol="anthropic",
         stream=bool(opt_bool(body, "stream")),
@@ -79,6 +113,20 @@ def parse_request(body: dict[str, Any]) -> tuple[ChatRequest, WireOptions]:
     return ChatRequest(messages=messages, tools=tools, sampling=sampling, model=model), opts
 
 
+def _check_tool_choice(raw: Any) -> None:
+    """``tool_choice`` as the API defines it; the model is not constrained by it."""
+    if raw is None:
+        return
+    choice = expect_dict(raw, "tool_choice")
+    kind = choice.get("type")
+    if not isinstance(kind, str) or kind not in _TOOL_CHOICES:
+        wanted = ", ".join(repr(k) for k in _TOOL_CHOICES)
+        raise invalid("tool_choice.type", f"expected one of {wanted}, got {kind!r:.60}")
+    if kind == "tool":
+        req_str(choice, "name", "tool_choice", non_empty=True)
+    opt_bool(choice, "disable_parallel_tool_use", "tool_choice")
+
+
 def _blocks(content: Any, path: str) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
@@ -87,23 +135,56 @@ def _blocks(content: Any, path: str) -> list[dict[str, Any]]:
     return [expect_dict(block, at(path, i)) for i, block in enumerate(content)]
 
 
+def _refuse(kind: Any, type_path: str, where: str) -> ProtocolError:
+    if isinstance(kind, str) and kind in _MEDIA_BLOCKS:
+        return invalid(type_path, f"{kind!r} blocks are not supported (text only)")
+    if isinstance(kind, str) and kind in _SERVER_BLOCKS:
+        return invalid(
+            type_path, f"{kind!r} blocks are not supported (this server runs no server tools)"
+        )
+    return invalid(type_path, f"unsupported content block type {kind!r:.60} in {where}")
+
+
+def _text(content: Any, path: str, *, allow_none: bool = False) -> str:
+    """A string, or a list of text blocks: their non-empty texts joined with newlines."""
+    if content is None and allow_none:
+        return ""
+    if isinstance(content, str):
+        return content
+    texts: list[str] = []
+    for i, block in enumerate(_blocks(content, path)):
+        block_path = at(path, i)
+        if block.get("type") != "text":
+            raise _refuse(block.get("type"), at(block_path, "type"), "text content")
+        text = req_str(block, "text", block_path)
+        if text:
+            texts.append(text)
+    return "\n".join(texts)
+
+
 def _parse_message(raw: Any, path: str, call_names: dict[str, str]) -> list[Message]:
     msg = expect_dict(raw, path)
     role = msg.get("role")
-    if role not in ("user", "assistant"):
-        raise invalid(at(path, "role"), f"expected 'user' or 'assistant', got {role!r}")
+    if not isinstance(role, str) or role not in ("user", "assistant", "system"):
+        raise invalid(
+            at(path, "role"), f"expected 'user', 'assistant' or 'system', got {role!r:.60}"
+        )
     if msg.get("content") is None:
         raise invalid(at(path, "content"), "is required")
     content_path = at(path, "content")
-    blocks = _blocks(msg["content"], content_path)
+    if role == "system":
+        system = _text(msg["content"], content_path)
+        return [Message(role="system", content=system)] if system else []
     texts: list[str] = []
     calls: list[ToolCall] = []
     results: list[Message] = []
-    for i, block in enumerate(blocks):
+    for i, block in enumerate(_blocks(msg["content"], content_path)):
         block_path = at(content_path, i)
         kind = block.get("type")
         if kind == "text":
-            texts.append(req_str(block, "text", block_path))
+            text = req_str(block, "text", block_path)
+            if text:
+                texts.append(text)
         elif kind == "tool_use" and role == "assistant":
             call_id = req_str(block, "id", block_path, non_empty=True)
             name = req_str(block, "name", block_path, non_empty=True)
@@ -113,23 +194,16 @@ def _parse_message(raw: Any, path: str, call_names: dict[str, str]) -> list[Mess
         elif kind == "tool_result" and role == "user":
             call_id = req_str(block, "tool_use_id", block_path, non_empty=True)
             opt_bool(block, "is_error", block_path)
-            body = text_content(
-                block.get("content"), at(block_path, "content"), ("text",), allow_none=True
-            )
+            body = _text(block.get("content"), at(block_path, "content"), allow_none=True)
             results.append(
                 Message(
                     role="tool", content=body, tool_call_id=call_id, name=call_names.get(call_id)
                 )
             )
-        elif kind in _IGNORED_BLOCKS:
+        elif isinstance(kind, str) and kind in _IGNORED_BLOCKS:
             continue
-        elif kind in _MEDIA_BLOCKS:
-            raise invalid(at(block_path, "type"), f"{kind!r} blocks are not supported (text only)")
         else:
-            raise invalid(
-                at(block_path, "type"),
-                f"unsupported content block type {kind!r} in a {role} message",
-            )
+            raise _refuse(kind, at(block_path, "type"), f"a {role} message")
     text = "\n".join(texts)
     if role == "assistant":
         return [Message(role="assistant", content=text, tool_calls=calls)]
@@ -147,7 +221,9 @@ def _parse_tools(raw: Any) -> list[Tool]:
         path = at("tools", i)
         spec = expect_dict(value, path)
         if spec.get("type") not in (None, "custom"):
-            continue  # server tools (web_search_..., bash_..., text_editor_...) are not offered
+            # Server tools (web_search_..., code_execution_...) and Anthropic-defined client
+            # tools (bash_..., text_editor_..., computer_...): no schema given, not offered.
+            continue
         name = req_str(spec, "name", path, non_empty=True)
         if name in seen:
             raise invalid(at(path, "name"), f"duplicate tool name {name!r}")

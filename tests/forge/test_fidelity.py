@@ -79,3 +79,76 @@ def test_responses_function_calls_are_read_and_anthropic_inputs_are_not_counted(
     report = wire_fidelity([Episode("e", "t", 0, "h", 1.0, "ok", turns=[first, second])])
     assert report["tool_calls"] == 0 and report["args_verbatim"] is None
     assert report["history_kept"] == 1.0
+
+
+def _anthropic_pair(before: list[dict], after: list[dict]) -> dict[str, Any]:
+    first = _turn(0, "anthropic", {"messages": before})
+    second = _turn(1, "anthropic", {"messages": after})
+    return wire_fidelity([Episode("e", "t", 0, "h", 1.0, "ok", turns=[first, second])])
+
+
+MARK = {"type": "ephemeral", "ttl": "5m"}
+
+
+def test_a_moved_cache_marker_is_not_a_history_edit() -> None:
+    """Claude-style clients put one cache_control marker on the newest block of every call."""
+    user = {"role": "user", "content": [{"type": "text", "text": "list", "cache_control": MARK}]}
+    before = [user]
+    reply = {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {"cmd": "ls"}}],
+    }
+    result = {"type": "tool_result", "tool_use_id": "t1", "content": "a.txt", "cache_control": MARK}
+    after = [
+        {"role": "user", "content": [{"type": "text", "text": "list"}]},  # the marker moved on
+        {**reply, "content": [{**reply["content"][0]}]},
+        {"role": "user", "content": [result]},
+    ]
+    assert _anthropic_pair(before, after)["history_kept"] == 1.0
+    # next call: a marker inside a tool result's own content blocks moves away as well
+    nested = {**result, "content": [{"type": "text", "text": "a.txt", "cache_control": MARK}]}
+    again = [*after[:2], {"role": "user", "content": [nested]}]
+    later = [*after[:2], {"role": "user", "content": [{**result, "cache_control": None}]}]
+    assert _anthropic_pair(again, later)["history_kept"] == 1.0
+
+
+def test_string_content_equals_one_text_block_and_citations_are_ignored() -> None:
+    before = [{"role": "user", "content": "list"}, {"role": "assistant", "content": "Done."}]
+    block = {"type": "text", "text": "Done.", "citations": None}
+    after = [
+        {"role": "user", "content": [{"type": "text", "text": "list", "cache_control": MARK}]},
+        {"role": "assistant", "content": [block]},
+    ]
+    assert _anthropic_pair(before, after)["history_kept"] == 1.0
+
+
+def test_edits_still_count_when_markers_move() -> None:
+    before = [
+        {"role": "user", "content": [{"type": "text", "text": "list", "cache_control": MARK}]}
+    ]
+    edited = [{"role": "user", "content": [{"type": "text", "text": "list (12:00)"}]}]
+    assert _anthropic_pair(before, edited)["history_kept"] == 0.0
+    # a key named cache_control inside a tool's input is the model's argument, not a marker
+    call = {"type": "tool_use", "id": "t", "name": "f", "input": {"cache_control": 1}}
+    stripped = {**call, "input": {}}
+    msgs = [{"role": "user", "content": "go"}]
+    assert (
+        _anthropic_pair(
+            [*msgs, {"role": "assistant", "content": [call]}],
+            [*msgs, {"role": "assistant", "content": [stripped]}],
+        )["history_kept"]
+        == 0.0
+    )
+    # thinking blocks are content on the wire: dropping one is an edit here
+    thought = {"type": "thinking", "thinking": "hm", "signature": "s"}
+    with_thought = [*msgs, {"role": "assistant", "content": [thought, call]}]
+    without = [*msgs, {"role": "assistant", "content": [call]}]
+    assert _anthropic_pair(with_thought, without)["history_kept"] == 0.0
+
+
+def test_chat_content_parts_lose_their_markers_too() -> None:
+    part = {"type": "text", "text": "u", "cache_control": {"type": "ephemeral"}}
+    first = _turn(0, "chat", _chat([SYSTEM, {"role": "user", "content": [part]}]))
+    second = _turn(1, "chat", _chat([SYSTEM, USER, _assistant(ARGS)]))
+    report = wire_fidelity([Episode("e", "t", 0, "h", 1.0, "ok", turns=[first, second])])
+    assert report["history_kept"] == 1.0 and report["replies_kept"] == 1.0

@@ -142,6 +142,36 @@ def test_consecutive_tool_results_share_one_user_turn() -> None:
     assert text.count("<tool_response>") == 3
 
 
+def test_a_later_system_message_is_a_system_turn_in_place() -> None:
+    msgs = [
+        Message("system", "Be terse."),
+        Message("user", "go"),
+        Message("system", "<env>cwd: /w</env>"),
+        Message("assistant", "", tool_calls=[call("shell", {"command": "ls"})]),
+        Message("tool", "a.txt", tool_call_id="c1"),
+        Message("system", "<env>cwd: /w/a</env>"),
+    ]
+    text = render(msgs, [SHELL])
+    assert text.count("# Tools") == 1 and text.startswith("<|im_start|>system\nBe terse.\n\n")
+    assert text.split("<|im_end|>\n", 1)[1] == (
+        "<|im_start|>user\ngo<|im_end|>\n"
+        "<|im_start|>system\n<env>cwd: /w</env><|im_end|>\n"
+        '<|im_start|>assistant\n<tool_call>\n{"name": "shell", "arguments": {"command": "ls"}}'
+        "\n</tool_call><|im_end|>\n"
+        "<|im_start|>user\n<tool_response>\na.txt\n</tool_response><|im_end|>\n"
+        "<|im_start|>system\n<env>cwd: /w/a</env><|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+
+
+def test_a_system_message_between_turns_keeps_the_token_prefix(tok: Any) -> None:
+    prev = [Message("user", "Fix the build."), Message("system", "<env>turn 1</env>")]
+    completion = render_assistant("On it.", [call("shell", {"command": "make"})])
+    after = assert_turn_extends(tok, prev, [SHELL], completion, ["error: x"])
+    after.append(Message("system", "<env>turn 2</env>"))
+    assert_turn_extends(tok, after, [SHELL], render_assistant("Done.", []), ["thanks"])
+
+
 # --- parse_tool_calls ---------------------------------------------------------------------------
 
 

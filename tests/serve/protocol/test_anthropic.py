@@ -102,9 +102,9 @@ def _msgs(*content):
         ({"model": "m", "messages": [{"role": "user", "content": "x"}]}, "max_tokens", "required"),
         ({"model": "m", "max_tokens": 5, "messages": []}, "messages", "empty"),
         (
-            {"model": "m", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]},
+            {"model": "m", "max_tokens": 5, "messages": [{"role": "tool", "content": "x"}]},
             "messages[0].role",
-            "'system'",
+            "'tool'",
         ),
         (
             {"model": "m", "max_tokens": 5, "messages": _msgs({"type": "image", "source": {}})},
