@@ -213,13 +213,17 @@ def plan(config: RunConfig, harnesses: list[str], files: list[str]) -> list[Agen
     return agents
 
 
-def rejections(failures_file: Path) -> dict[str, int]:
+def rejections(failures_file: Path, start: int = 0) -> dict[str, int]:
     """The first refusal of each ``proxy_rejected`` attempt ("400 messages[1].role: ..."), most
-    common first: what the proxy refused that the agent sent, so the cause is on screen."""
+    common first: what the proxy refused that the agent sent, so the cause is on screen. Reads
+    the records after byte ``start`` (an earlier eval into the same folder wrote those before)."""
     causes: Counter[str] = Counter()
     if not failures_file.exists():
         return {}
-    for line in failures_file.read_text().splitlines():
+    with open(failures_file, "rb") as f:
+        f.seek(start)
+        text = f.read().decode()
+    for line in text.splitlines():
         record = json.loads(line)
         if record.get("failure") != "proxy_rejected":
             continue
@@ -268,6 +272,8 @@ def evaluate(config: RunConfig, agents: list[Agent], k: int, out: Path) -> dict[
         t0 = time.perf_counter()
         run = runs[name]
         folder = out / name
+        failures_file = folder / "episodes" / "failures.jsonl"
+        seen = failures_file.stat().st_size if failures_file.exists() else 0
         buffer = ray.remote(ReplayBuffer).options(num_cpus=0).remote(str(folder), 1, 0)
         sched = (
             ray.remote(Scheduler)
@@ -295,7 +301,7 @@ def evaluate(config: RunConfig, agents: list[Agent], k: int, out: Path) -> dict[
             harness=agent.harness,
             source=agent.source,
             seconds=time.perf_counter() - t0,
-            rejections=rejections(folder / "episodes" / "failures.jsonl"),
+            rejections=rejections(failures_file, seen),
         )
         print(summary(name, results[name], len(episodes)), flush=True)
         for cause, n in results[name]["rejections"].items():

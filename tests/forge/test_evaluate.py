@@ -225,3 +225,5 @@ def test_rejections_name_what_the_proxy_refused(tmp_path: Path) -> None:
         "404 model: unknown": 1,
     }
     assert rejections(tmp_path / "none.jsonl") == {}
+    earlier = len("".join(json.dumps(r) + "\n" for r in records[:2]))
+    assert rejections(path, earlier) == {"404 model: unknown": 1}  # this eval's records only
