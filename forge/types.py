@@ -28,7 +28,9 @@ class Message:
     """A chat message in OpenAI chat-completions form.
 
     ``role`` is system, user, assistant or tool. Assistant messages may carry ``tool_calls``;
-    tool messages carry the ``tool_call_id`` they answer and optionally the tool ``name``.
+    tool messages carry the ``tool_call_id`` they answer and optionally the tool ``name``, and
+    ``is_error`` when the client flagged the result as an error (Anthropic's ``is_error``; it
+    does not change the rendered prompt).
     """
 
     role: str
@@ -36,6 +38,7 @@ class Message:
     tool_calls: list[ToolCall] = field(default_factory=list)
     tool_call_id: str | None = None
     name: str | None = None
+    is_error: bool = False
 
 
 @dataclass

@@ -193,12 +193,11 @@ def _parse_message(raw: Any, path: str, call_names: dict[str, str]) -> list[Mess
             call_names[call_id] = name
         elif kind == "tool_result" and role == "user":
             call_id = req_str(block, "tool_use_id", block_path, non_empty=True)
-            opt_bool(block, "is_error", block_path)
+            is_error = opt_bool(block, "is_error", block_path) is True
             body = _text(block.get("content"), at(block_path, "content"), allow_none=True)
+            name = call_names.get(call_id)
             results.append(
-                Message(
-                    role="tool", content=body, tool_call_id=call_id, name=call_names.get(call_id)
-                )
+                Message("tool", body, tool_call_id=call_id, name=name, is_error=is_error)
             )
         elif isinstance(kind, str) and kind in _IGNORED_BLOCKS:
             continue

@@ -358,3 +358,24 @@ def test_results_matched_by_position_when_ids_are_rewritten(engine: ScriptedEngi
     wire.items[-1]["tool_call_id"] = "other"
     _, [redo] = parse_tool_calls(ask(engine, wire.request(), script))
     assert redo.name == "bash" and "cat > a.txt" in args(redo)["command"]
+
+
+def test_a_write_refused_by_the_error_flag_alone_is_redone(
+    engine: ScriptedEngine, tmp_path: Path
+) -> None:
+    """Anthropic's ``is_error`` on a tool_result whose text reads like success: the flag is
+    enough (the protocol layer keeps it on the message), so the shell redoes the step."""
+    box = Box(tmp_path)
+    writer = Tool(
+        "write", "Write a file.", schema(("path", "content"), path=string(), content=string())
+    )
+
+    def quietly_refused(arguments: dict[str, Any]) -> tuple[str, bool]:
+        return "ok", True  # an executor that sets the flag and says nothing useful
+
+    handlers = {"bash": box.shell, "write": quietly_refused}
+    calls, errors, _ = play(engine, [SHELL, writer], handlers, protocol="anthropic")
+    assert errors[:2] == [False, True]
+    assert [c.name for c in calls][:3] == ["bash", "write", "bash"]
+    assert "cat > out/hello.txt" in args(calls[2])["command"]
+    assert (tmp_path / "out/hello.txt").read_text() == "hi there\n"
