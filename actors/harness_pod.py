@@ -221,6 +221,10 @@ class HarnessPod:
     async def models(self, ctx: Call) -> list[str]:
         return [self.model]
 
+    async def count_tokens(self, ctx: Call, chat: ChatRequest) -> int:
+        self._check_model(chat)
+        return len(await self.policy.tokenize_prompt.remote(chat))
+
     async def refused(self, ctx: Call, err: ProtocolError) -> None:
         refusals = ctx.state.refusals
         if len(refusals) < MAX_REFUSALS_KEPT:
@@ -240,12 +244,7 @@ class HarnessPod:
             raise ProtocolError(
                 429, f"turn limit of {self.proxy_config.max_turns_per_attempt} calls reached"
             )
-        if chat.model and chat.model != self.model:
-            raise ProtocolError(
-                404,
-                f"model: unknown model {chat.model!r}; this proxy serves {self.model!r}",
-                "model",
-            )
+        self._check_model(chat)
         if state.max_tokens is not None and (
             not opts.max_tokens_set or chat.sampling.max_tokens > state.max_tokens
         ):
@@ -295,6 +294,14 @@ class HarnessPod:
         elif await ctx.request.is_disconnected():  # an SDK gave up on it: never delivered
             turn.delivered = False
         return completion
+
+    def _check_model(self, chat: ChatRequest) -> None:
+        if chat.model and chat.model != self.model:
+            raise ProtocolError(
+                404,
+                f"model: unknown model {chat.model!r}; this proxy serves {self.model!r}",
+                "model",
+            )
 
     # -- episodes -----------------------------------------------------------------------------
 

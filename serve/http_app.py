@@ -62,6 +62,10 @@ class Backend(Protocol):
 
     async def models(self, ctx: Any) -> list[str]: ...
 
+    async def count_tokens(self, ctx: Any, chat: ChatRequest) -> int:
+        """Tokens of ``chat``'s rendered prompt (Anthropic's ``count_tokens``; no turn)."""
+        ...
+
     async def refused(self, ctx: Any, err: ProtocolError) -> None:
         """Told of every 4xx answered to an authorised request (a body the parser refused, an
         unknown model, ...), so that a harness that then gives up is not taken for a crash."""
@@ -187,6 +191,27 @@ def _internal(e: Exception) -> ProtocolError:
     return ProtocolError(500, f"internal error: {type(e).__name__}: {e}", error_type="api_error")
 
 
+def _count_tokens_endpoint(
+    backend: Backend, max_body_bytes: int
+) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        ctx: Any = _UNAUTHORIZED
+        try:
+            ctx = await backend.authorize(request)
+            body = await read_json_body(request, max_body_bytes)
+            count = await backend.count_tokens(ctx, anthropic.parse_count_tokens(body))
+        except ProtocolError as err:
+            if ctx is not _UNAUTHORIZED and 400 <= err.status < 500:
+                await backend.refused(ctx, err)
+            return error_response("anthropic", err)
+        except Exception as e:
+            log.exception("%s %s failed", request.method, request.url.path)
+            return error_response("anthropic", _internal(e))
+        return JSONResponse({"input_tokens": count})
+
+    return endpoint
+
+
 def _models_endpoint(backend: Backend) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
         # The Anthropic SDK sends anthropic-version; answer its errors in its format. The list
@@ -228,7 +253,7 @@ def _models_endpoint(backend: Backend) -> Callable[[Request], Awaitable[Response
 def protocol_routes(
     prefix: str, backend: Backend, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 ) -> list[BaseRoute]:
-    """The four routes under ``prefix`` (``""`` or e.g.
+    """The five routes under ``prefix`` (``""`` or e.g.
     ``"/episodes/{episode_id}/attempts/{attempt:int}"``; path parameters reach the backend
     through ``request.path_params``)."""
     prefix = prefix.rstrip("/")
@@ -246,6 +271,11 @@ def protocol_routes(
         Route(
             f"{prefix}/v1/messages",
             _generation_endpoint("anthropic", backend, max_body_bytes),
+            methods=["POST"],
+        ),
+        Route(
+            f"{prefix}/v1/messages/count_tokens",
+            _count_tokens_endpoint(backend, max_body_bytes),
             methods=["POST"],
         ),
         Route(f"{prefix}/v1/models", _models_endpoint(backend), methods=["GET"]),

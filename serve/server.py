@@ -47,6 +47,18 @@ class PolicyFrontend:
     async def models(self, ctx: Any) -> list[str]:
         return [self.model]
 
+    async def count_tokens(self, ctx: Any, chat: ChatRequest) -> int:
+        self._check_model(chat)
+        return len(await self.policy.tokenize_prompt.remote(chat))
+
+    def _check_model(self, chat: ChatRequest) -> None:
+        if chat.model and chat.model != self.model:
+            raise ProtocolError(
+                404,
+                f"model: unknown model {chat.model!r}; this server serves {self.model!r}",
+                "model",
+            )
+
     async def refused(self, ctx: Any, err: ProtocolError) -> None:
         return None  # the client has the error; there is no attempt to record it on
 
@@ -58,12 +70,7 @@ class PolicyFrontend:
         raw_body: dict[str, Any],
         live: LiveCompletion | None = None,
     ) -> Completion:
-        if chat.model and chat.model != self.model:
-            raise ProtocolError(
-                404,
-                f"model: unknown model {chat.model!r}; this server serves {self.model!r}",
-                "model",
-            )
+        self._check_model(chat)
         chat.script = self.script
         if live is None:
             return await self.policy.generate.remote(chat)

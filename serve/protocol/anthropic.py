@@ -69,6 +69,11 @@ _SERVER_BLOCKS = (
 _TOOL_CHOICES = ("auto", "any", "tool", "none")
 
 
+def parse_count_tokens(body: dict[str, Any]) -> ChatRequest:
+    """A ``POST /v1/messages/count_tokens`` body: a Messages body without ``max_tokens``."""
+    return parse_request({**body, "max_tokens": 1})[0]
+
+
 def parse_request(body: dict[str, Any]) -> tuple[ChatRequest, WireOptions]:
     """Validate a Messages body; unknown extra fields are ignored."""
     model = req_str(body, "model", non_empty=True)

@@ -96,6 +96,19 @@ def test_sdks_through_proxy_are_recorded_token_for_token(oracle):
     assert [b.name for b in msg.content if b.type == "tool_use"] == ["shell"]
 
 
+def test_count_tokens_is_the_prompt_the_policy_renders(oracle):
+    ray, pod, url = oracle
+    info = _open(ray, pod, "ep-count")
+    base = url + info["path"] + "/v1/messages"
+    auth = {"x-api-key": info["api_key"], "anthropic-version": "2023-06-01"}
+    body = {"model": "tiny", "system": "sys", "messages": [{"role": "user", "content": "hi"}]}
+    counted = httpx.post(base + "/count_tokens", json=body, headers=auth)
+    assert counted.status_code == 200, counted.text
+    assert httpx.post(base, json={**body, "max_tokens": 8}, headers=auth).status_code == 200
+    [turn] = ray.get(pod.close_attempt.remote("ep-count", 0)).turns  # counting made no turn
+    assert counted.json() == {"input_tokens": len(turn.prompt_ids)}
+
+
 def test_bad_input_answers_clearly_and_pod_stays_up(oracle):
     ray, pod, url = oracle
     info = _open(ray, pod, "ep-bad")

@@ -52,6 +52,9 @@ class FakeBackend:
             raise ProtocolError(401, "invalid or missing API key")
         return dict(request.path_params)
 
+    async def count_tokens(self, ctx: Any, chat: ChatRequest) -> int:
+        return 5 * len(chat.messages)  # what FakeBackend's prompts hold: 5 ids a message
+
     async def refused(self, ctx: Any, err: ProtocolError) -> None:
         self.refusals.append((ctx, err.status, err.message))
 

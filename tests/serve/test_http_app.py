@@ -217,3 +217,21 @@ def test_backend_is_told_of_each_4xx_to_an_authorised_request(kit):
         ("ep-1", 413),
     ]
     assert "messages" in backend.refusals[0][2]
+
+
+def test_anthropic_count_tokens_through_the_sdk(kit):
+    """``messages.count_tokens`` (real clients call it before a turn): the backend's count of
+    the rendered prompt, nothing generated; a bad body is a 400 like any other."""
+    backend = kit.FakeBackend()
+    app = kit.make_app(backend, prefix=PREFIX)
+
+    async def run():
+        an = kit.anthropic_client(app, prefix="/episodes/ep-1/attempts/0")
+        messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+        return await an.messages.count_tokens(model="policy", system="be brief", messages=messages)
+
+    assert asyncio.run(run()).input_tokens == 15  # system + 2 messages, 5 ids each
+    assert backend.calls == []
+    path = "/episodes/ep-1/attempts/0/v1/messages/count_tokens"
+    r = _post(app, kit, path, {"model": "policy", "messages": []})
+    assert r.status_code == 400 and "messages" in r.json()["error"]["message"]
