@@ -1,0 +1,520 @@
+"""The sandbox agent: a small HTTP server inside a container that runs commands and moves files.
+
+Standard library only, and importable from a minimal tree (``forge/__init__.py`` and
+``forge/sandboxes/__init__.py`` empty, plus ``base``, ``process``, ``archive``, ``bridge`` and
+this module; see :func:`forge.sandboxes.agent_client.agent_tree`)::
+
+    PYTHONPATH=/opt/forge/agent python3 -m forge.sandboxes.agent --unix /run/forge/agent.sock \\
+        --token-file /run/forge/token [--workspace /workspace] [--home /home/agent] \\
+        [--proxy 127.0.0.1:8931=/run/forge/proxy.sock]
+
+Every request carries ``Authorization: Bearer <token>`` (401 otherwise). Endpoints:
+``GET /health``; ``POST /exec`` (JSON ``cmd``, ``timeout_s``, ``env``, ``cwd``, ``output_cap``:
+the command leads its own session, its group is killed on timeout and when it exits, its env is
+exactly ``env``); ``PUT``/``GET /file?path=P[&mode=420]``; ``GET /archive?path=P&max_bytes=N``
+and ``PUT /archive?path=P`` (tars, :mod:`forge.sandboxes.archive`); ``POST /kill`` (every
+process the agent started, their sessions and descendants). Relative paths are taken from the
+workspace; a path (after following symlinks) must stay inside the workspace or the home.
+The agent makes itself a child subreaper (or is PID 1) and reaps the orphans it inherits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hmac
+import json
+import logging
+import os
+import posixpath
+import signal
+import socket
+import socketserver
+import stat
+import sys
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from forge.sandboxes import archive, bridge
+from forge.sandboxes.base import ArchiveTooLarge, ExecResult
+from forge.sandboxes.process import DEFAULT_OUTPUT_CAP, kill_group, run_in_group
+
+log = logging.getLogger("forge.agent")
+
+MAX_JSON_BODY = 8 << 20  # exec requests (argv and env)
+MAX_DATA_BODY = 256 << 20  # a file or an archive
+MAX_OUTPUT_CAP = 64 << 20
+MAX_TIMEOUT_S = 7 * 86400.0
+IDLE_TIMEOUT_S = 300.0  # a kept-alive connection with no request for this long is closed
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+class HTTPError(Exception):
+    def __init__(self, status: int, message: str, kind: str = "") -> None:
+        super().__init__(message)
+        self.status, self.kind = status, kind or "error"
+
+
+def _proc_table() -> list[tuple[int, int, int, str]]:
+    """(pid, ppid, session id, state) of every visible process."""
+    rows = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                raw = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        fields = raw[raw.rfind(")") + 2 :].split()  # after "pid (comm) "
+        rows.append((int(name), int(fields[1]), int(fields[3]), fields[0]))
+    return rows
+
+
+def become_subreaper() -> bool:
+    """Make orphaned descendants reparent to this process (Linux prctl), so /kill finds them."""
+    if os.getpid() == 1:
+        return True
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (ImportError, OSError, AttributeError):
+        return False
+
+
+class Processes:
+    """The commands the agent runs: started, tracked, reaped, killed."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.leaders: set[int] = set()  # running exec leaders (reaped by their own thread)
+        self.sessions: set[int] = set()  # session ids of every exec not yet known to be empty
+        self.spawning = 0  # execs between fork and registration: the reaper must wait
+        self.wake = threading.Event()
+
+    def run(self, argv: list[str], env: dict[str, str], cwd: str, timeout_s: float, cap: int):
+        registered = False
+
+        def started(proc: Any) -> None:
+            nonlocal registered
+            with self.lock:
+                self.leaders.add(proc.pid)
+                self.sessions.add(proc.pid)
+                self.spawning -= 1
+                registered = True
+
+        def ended(proc: Any) -> None:
+            with self.lock:
+                self.leaders.discard(proc.pid)
+            self.wake.set()
+
+        with self.lock:
+            self.spawning += 1
+        try:
+            return run_in_group(
+                argv, env=env, cwd=cwd, timeout_s=timeout_s, output_cap=cap,
+                on_start=started, on_end=ended,
+            )  # fmt: skip
+        finally:
+            if not registered:
+                with self.lock:
+                    self.spawning -= 1
+
+    def reap(self) -> None:
+        """Reap exited children that are not exec leaders (orphans reparented to us)."""
+        with self.lock:
+            if self.spawning:
+                self.wake.set()  # try again soon
+                return
+            me = os.getpid()
+            table = _proc_table()
+            for pid, ppid, _sid, state in table:
+                if ppid == me and state == "Z" and pid not in self.leaders:
+                    with contextlib.suppress(ChildProcessError):
+                        os.waitpid(pid, os.WNOHANG)
+            live = {sid for _pid, _ppid, sid, state in table if state != "Z"}
+            self.sessions &= live | self.leaders
+
+    def reaper(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            self.wake.wait(1.0)
+            self.wake.clear()
+            self.reap()
+
+    def kill_all(self) -> int:
+        """SIGKILL every exec's session and every descendant of the agent; how many died."""
+        me, killed = os.getpid(), set()
+        for _ in range(20):
+            table = [row for row in _proc_table() if row[3] != "Z" and row[0] != me]
+            with self.lock:
+                sessions = self.sessions | self.leaders
+            children: dict[int, list[int]] = {}
+            for pid, ppid, _sid, _state in table:
+                children.setdefault(ppid, []).append(pid)
+            targets = {pid for pid, _ppid, sid, _state in table if sid in sessions}
+            todo = list(children.get(me, []))
+            while todo:
+                pid = todo.pop()
+                if pid not in targets:
+                    targets.add(pid)
+                    todo.extend(children.get(pid, []))
+            if not targets:
+                break
+            for sid in sessions:
+                kill_group(sid, signal.SIGKILL)
+            for pid in targets:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            killed |= targets
+            time.sleep(0.005)
+        self.wake.set()
+        return len(killed)
+
+
+def _text(value: Any, field: str) -> str:
+    if not isinstance(value, str) or "\0" in value:
+        raise ValueError(f"field {field!r} must be a string without NUL bytes")
+    return value
+
+
+class Agent:
+    """What the endpoints do, apart from HTTP."""
+
+    def __init__(self, workspace: str, home: str) -> None:
+        self.workspace, self.home = Path(workspace), Path(home)
+        self.roots = {str(self.workspace): self.workspace, str(self.home): self.home}
+        self.procs = Processes()
+
+    def resolve(self, path: str) -> Path:
+        """The real path of ``path`` (relative: from the workspace), symlinks followed as the
+        sandbox sees them; ValueError when it leaves the workspace and home."""
+        p = path if path.startswith("/") else f"{self.workspace}/{path}"
+        for _ in range(40):
+            p = posixpath.normpath(p)
+            hits = [r for r in self.roots if p == r or p.startswith(r + "/")]
+            if not hits:
+                raise ValueError(f"path {path!r} is outside the sandbox's workspace and home")
+            prefix = max(hits, key=len)
+            parts = [x for x in p[len(prefix) :].split("/") if x]
+            cur = self.roots[prefix]
+            for i, part in enumerate(parts):
+                nxt = cur / part
+                if nxt.is_symlink():
+                    here = posixpath.join(prefix, *parts[:i])
+                    p = posixpath.join(here, os.readlink(nxt), *parts[i + 1 :])
+                    break
+                cur = nxt
+            else:
+                return cur
+        raise ValueError(f"path {path!r}: too many levels of symbolic links")
+
+    def health(self) -> dict[str, Any]:
+        return {"ok": True, "pid": os.getpid(), "workspace": str(self.workspace)}
+
+    def exec(self, req: Any) -> dict[str, Any]:
+        if not isinstance(req, dict):
+            raise ValueError("the body must be a JSON object")
+        unknown = set(req) - {"cmd", "timeout_s", "env", "cwd", "output_cap"}
+        if unknown:
+            raise ValueError(f"unknown field(s): {sorted(unknown)}")
+        cmd = req.get("cmd")
+        if not isinstance(cmd, list) or not cmd:
+            raise ValueError("field 'cmd' must be a non-empty list of strings")
+        cmd = [_text(c, "cmd") for c in cmd]
+        timeout = req.get("timeout_s")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise ValueError("field 'timeout_s' must be a number")
+        if not 0 <= timeout <= MAX_TIMEOUT_S:
+            raise ValueError(f"field 'timeout_s' must be within [0, {MAX_TIMEOUT_S:.0f}]")
+        env = req.get("env", {})
+        if not isinstance(env, dict):
+            raise ValueError("field 'env' must be an object of strings")
+        env = {_text(k, "env"): _text(v, "env") for k, v in env.items()}
+        if any("=" in k or not k for k in env):
+            raise ValueError("field 'env' has a name that is empty or contains '='")
+        cwd = self.workspace
+        if req.get("cwd") is not None:
+            cwd = self.resolve(_text(req["cwd"], "cwd"))
+            if not cwd.is_dir():
+                raise ValueError(f"field 'cwd': {req['cwd']!r} is not a directory")
+        cap = req.get("output_cap", DEFAULT_OUTPUT_CAP)
+        if isinstance(cap, bool) or not isinstance(cap, int) or not 0 < cap <= MAX_OUTPUT_CAP:
+            raise ValueError(f"field 'output_cap' must be an integer in [1, {MAX_OUTPUT_CAP}]")
+        try:
+            res = self.procs.run(cmd, env, str(cwd), float(timeout), cap)
+        except OSError as e:  # not found, not executable: as a shell would report it
+            code = 127 if isinstance(e, FileNotFoundError) else 126
+            res = ExecResult(code, "", f"forge-agent: cannot run {cmd[0]!r}: {e.strerror}\n")
+        return {
+            "exit_code": res.exit_code,
+            "stdout": res.stdout,
+            "stderr": res.stderr,
+            "timed_out": res.timed_out,
+            "duration_s": res.duration_s,
+        }
+
+    def put_file(self, path: str, data: bytes, mode: int) -> None:
+        host = self.resolve(path)
+        if host in self.roots.values():
+            raise ValueError(f"path {path!r} is a directory")
+        host.parent.mkdir(parents=True, exist_ok=True)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(host, flags, mode & 0o777)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            os.fchmod(fd, mode)
+
+    def get_file(self, path: str) -> bytes | None:
+        host = self.resolve(path)
+        try:  # O_NONBLOCK: a FIFO opens at once (and is refused below) instead of blocking
+            fd = os.open(host, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as e:
+            raise ValueError(f"path {path!r} cannot be read safely: {e}") from e
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None
+        with os.fdopen(fd, "rb") as f:
+            return f.read()
+
+    def get_archive(self, path: str, max_bytes: int) -> bytes:
+        host = self.resolve(path)
+        if not host.is_dir() or host.is_symlink():
+            raise NotADirectoryError(f"path {path!r} is not a directory in the sandbox")
+        return archive.pack_dir(host, max_bytes=max_bytes)
+
+    def put_archive(self, path: str, data: bytes) -> None:
+        archive.unpack_into(self.resolve(path), data)
+
+
+def _int(query: dict[str, str], name: str, default: int | None, lo: int, hi: int) -> int:
+    raw = query.get(name)
+    if raw is None:
+        if default is None:
+            raise ValueError(f"query parameter {name!r} is required")
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"query parameter {name!r} must be an integer") from None
+    if not lo <= value <= hi:
+        raise ValueError(f"query parameter {name!r} must be within [{lo}, {hi}]")
+    return value
+
+
+def _path(query: dict[str, str]) -> str:
+    path = query.get("path")
+    if not path or "\0" in path:
+        raise ValueError("query parameter 'path' is required (a non-empty path)")
+    return path
+
+
+_JSON, _BYTES = "application/json", "application/octet-stream"
+Route = Callable[[Agent, dict[str, str], bytes], tuple[str, Any]]
+
+
+def _exec(a: Agent, q: dict[str, str], b: bytes) -> tuple[str, Any]:
+    return _JSON, a.exec(json.loads(b or b"0"))
+
+
+def _put_file(a: Agent, q: dict[str, str], b: bytes) -> tuple[str, Any]:
+    a.put_file(_path(q), b, _int(q, "mode", 0o644, 0, 0o7777))
+    return _JSON, {}
+
+
+def _get_archive(a: Agent, q: dict[str, str], b: bytes) -> tuple[str, Any]:
+    max_bytes = _int(q, "max_bytes", archive.DEFAULT_MAX_BYTES, 0, 1 << 40)
+    return _BYTES, a.get_archive(_path(q), max_bytes)
+
+
+def _put_archive(a: Agent, q: dict[str, str], b: bytes) -> tuple[str, Any]:
+    a.put_archive(_path(q), b)
+    return _JSON, {}
+
+
+ROUTES: dict[tuple[str, str], tuple[int, Route]] = {  # (method, path) -> (body limit, handler)
+    ("GET", "/health"): (0, lambda a, q, b: (_JSON, a.health())),
+    ("POST", "/exec"): (MAX_JSON_BODY, _exec),
+    ("POST", "/kill"): (MAX_JSON_BODY, lambda a, q, b: (_JSON, {"killed": a.procs.kill_all()})),
+    ("GET", "/file"): (0, lambda a, q, b: (_BYTES, a.get_file(_path(q)))),
+    ("PUT", "/file"): (MAX_DATA_BODY, _put_file),
+    ("GET", "/archive"): (0, _get_archive),
+    ("PUT", "/archive"): (MAX_DATA_BODY, _put_archive),
+}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = IDLE_TIMEOUT_S
+    server: AgentHTTPServer
+
+    def setup(self) -> None:
+        super().setup()
+        if self.connection.family in (socket.AF_INET, socket.AF_INET6):
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def _body(self, limit: int) -> bytes:
+        if "Transfer-Encoding" in self.headers:
+            raise HTTPError(411, "send a Content-Length, not a Transfer-Encoding")
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            raise HTTPError(400, "bad Content-Length") from None
+        if length < 0 or length > limit:
+            raise HTTPError(413, f"request body of {length} bytes exceeds {limit}", "TooLarge")
+        return self.rfile.read(length) if length else b""
+
+    def _dispatch(self) -> None:
+        t0 = time.monotonic()
+        url = urlsplit(self.path)
+        route = ROUTES.get((self.command, url.path))
+        ctype, payload, status = _JSON, None, 200
+        body_read = False
+        try:
+            got = self.headers.get("Authorization", "").encode("latin-1", "replace")
+            if not hmac.compare_digest(got, b"Bearer " + self.server.token):
+                raise HTTPError(401, "missing or wrong bearer token", "Unauthorized")
+            if route is None:
+                raise HTTPError(404, f"no endpoint {self.command} {url.path}", "NoEndpoint")
+            limit, fn = route
+            body = self._body(limit)
+            body_read = True
+            query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+            ctype, payload = fn(self.server.agent, query, body)
+            if payload is None and ctype == _BYTES:
+                raise HTTPError(404, "no such regular file", "NotFound")
+        except HTTPError as e:
+            status, payload, ctype = e.status, {"error": str(e), "kind": e.kind}, _JSON
+            self.close_connection = self.close_connection or not body_read  # body left unread
+        except ArchiveTooLarge as e:
+            status, payload, ctype = 413, {"error": str(e), "kind": "ArchiveTooLarge"}, _JSON
+        except NotADirectoryError as e:
+            status, payload, ctype = 409, {"error": str(e), "kind": "NotADirectoryError"}, _JSON
+        except (ValueError, UnicodeError) as e:  # includes JSON and tar format errors
+            status, payload, ctype = 400, {"error": str(e), "kind": "ValueError"}, _JSON
+        except Exception as e:
+            log.exception("%s %s failed", self.command, url.path)
+            status, payload = 500, {"error": f"{type(e).__name__}: {e}", "kind": "Internal"}
+            ctype = _JSON
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        head = [f"HTTP/1.1 {status} {self.responses.get(status, ('',))[0]}"]
+        head += [f"Content-Type: {ctype}", f"Content-Length: {len(data)}"]
+        if self.close_connection:
+            head.append("Connection: close")
+        self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode() + data)  # one send: no Nagle
+        ms = (time.monotonic() - t0) * 1000
+        log.info("%s %s -> %d (%d bytes, %.1f ms)", self.command, url.path, status, len(data), ms)
+
+    do_GET = do_PUT = do_POST = _dispatch
+
+    def log_message(self, format: str, *args: Any) -> None:  # request lines: see _dispatch
+        pass
+
+    def log_error(self, format: str, *args: Any) -> None:
+        log.warning(format, *args)
+
+
+class AgentHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 256
+    agent: Agent
+    token: bytes
+
+    def server_bind(self) -> None:  # no getfqdn(): no DNS lookups in a networkless container
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = "localhost", 0
+
+
+class UnixAgentHTTPServer(AgentHTTPServer):
+    address_family = socket.AF_UNIX
+
+
+def _read_token(args: argparse.Namespace) -> str:
+    if args.token_file:
+        return Path(args.token_file).read_text().strip()
+    return os.environ.get("FORGE_AGENT_TOKEN", "").strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="forge-agent", description=__doc__.split("\n\n")[0])
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--unix", help="listen on this Unix socket path")
+    where.add_argument("--listen", help="listen on HOST:PORT (port 0: any free port)")
+    p.add_argument("--token-file", help="file holding the token (default: $FORGE_AGENT_TOKEN)")
+    p.add_argument("--workspace", default="/workspace")
+    p.add_argument("--home", default="/home/agent")
+    p.add_argument("--proxy", action="append", default=[], metavar="HOST:PORT=SOCKET")
+    p.add_argument("--socket-mode", default="600", help="octal mode of the Unix socket")
+    p.add_argument("--verbose", action="store_true", help="log every request")
+    args = p.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="forge-agent %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    token = _read_token(args)
+    os.environ.pop("FORGE_AGENT_TOKEN", None)
+    if not token:
+        p.error("no token: pass --token-file or set FORGE_AGENT_TOKEN")
+    for d in (args.workspace, args.home):
+        os.makedirs(d, exist_ok=True)
+    agent = Agent(os.path.realpath(args.workspace), os.path.realpath(args.home))
+    relays = []
+    for spec in args.proxy:
+        listen, sep, sock = spec.partition("=")
+        if not sep or not sock:
+            p.error(f"--proxy {spec!r}: expected HOST:PORT=SOCKET")
+        host, port = bridge.split_host_port(listen)
+        relays.append(bridge.Relay(bridge.listen_tcp(host, port), bridge.connect_unix(sock)))
+    server: AgentHTTPServer
+    if args.unix:
+        os.makedirs(os.path.dirname(args.unix) or ".", exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(args.unix)
+        server = UnixAgentHTTPServer(args.unix, _Handler)
+        os.chmod(args.unix, int(args.socket_mode, 8))
+        address = f"unix:{args.unix}"
+    else:
+        host, port = bridge.split_host_port(args.listen)
+        server = AgentHTTPServer((host, port), _Handler)
+        address = f"http://{host}:{server.server_address[1]}"
+    server.agent, server.token = agent, token.encode()
+    stop = threading.Event()
+
+    def on_stop(signum: int, _frame: object) -> None:
+        if not stop.is_set():
+            stop.set()
+            threading.Thread(target=server.shutdown, daemon=True).start()
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_stop)
+    signal.signal(signal.SIGCHLD, lambda *_: agent.procs.wake.set())
+    subreaper = become_subreaper()
+    threading.Thread(target=agent.procs.reaper, args=(stop,), daemon=True).start()
+    print(json.dumps({"listening": address, "pid": os.getpid(), "subreaper": subreaper}))
+    sys.stdout.flush()
+    try:
+        server.serve_forever(poll_interval=0.5)
+    finally:
+        stop.set()
+        server.server_close()
+        agent.procs.kill_all()
+        for relay in relays:
+            relay.close()
+        if args.unix:
+            with contextlib.suppress(OSError):
+                os.unlink(args.unix)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
