@@ -372,6 +372,15 @@ class _Handler(BaseHTTPRequestHandler):
             raise HTTPError(413, f"request body of {length} bytes exceeds {limit}", "TooLarge")
         return self.rfile.read(length) if length else b""
 
+    def _discard(self) -> bool:
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            return False
+        if "Transfer-Encoding" in self.headers or not 0 <= length <= MAX_JSON_BODY:
+            return False
+        return len(self.rfile.read(length)) == length
+
     def _dispatch(self) -> None:
         t0 = time.monotonic()
         url = urlsplit(self.path)
@@ -393,7 +402,8 @@ class _Handler(BaseHTTPRequestHandler):
                 raise HTTPError(404, "no such regular file", "NotFound")
         except HTTPError as e:
             status, payload, ctype = e.status, {"error": str(e), "kind": e.kind}, _JSON
-            self.close_connection = self.close_connection or not body_read  # body left unread
+            if not body_read:  # drain a small unread body to keep the connection, or close it
+                self.close_connection = self.close_connection or not self._discard()
         except ArchiveTooLarge as e:
             status, payload, ctype = 413, {"error": str(e), "kind": "ArchiveTooLarge"}, _JSON
         except NotADirectoryError as e:

@@ -29,6 +29,7 @@ HOME = "/home/agent"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 EXEC_GRACE_S = 15.0  # beyond an exec's timeout_s: the kill grace and the transfer of its output
 IDLE_RECONNECT_S = 60.0  # a connection idle this long is replaced (the agent drops them at 300 s)
+MAX_BODY = 256 << 20  # the agent's limit on a file or an archive sent to it
 _MODULES = ("base", "process", "archive", "bridge", "agent")
 _BOOT = (
     "import sys; sys.path.insert(0, {dir!r}); from forge.sandboxes.agent import main; "
@@ -210,14 +211,22 @@ class AgentClient:
         """(status, body) of one request; AgentUnavailable when it cannot be completed. A
         kept-alive connection found broken is retried once on a new one (idempotent only)."""
         timeout = self.timeout_s if timeout_s is None else timeout_s
+        if body is not None and len(body) > MAX_BODY:
+            raise ValueError(f"{len(body)} bytes is more than the agent accepts ({MAX_BODY})")
         headers = {"Authorization": self._auth}
         if body is not None:
             headers["Content-Type"] = "application/octet-stream"
         for attempt in (0, 1):
             conn, reused = self._connection(timeout)
             try:
-                conn.request(method, path, body=body, headers=headers)
-                resp = conn.getresponse()
+                try:
+                    conn.request(method, path, body=body, headers=headers)
+                except ConnectionError:  # the agent may have answered (401, 413) and closed
+                    if conn.sock is None:
+                        raise
+                    resp = conn.getresponse()
+                else:
+                    resp = conn.getresponse()
                 data = resp.read()
             except (OSError, http.client.HTTPException) as e:
                 self._drop(conn)
