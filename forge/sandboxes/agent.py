@@ -32,6 +32,7 @@ import socket
 import socketserver
 import stat
 import sys
+import tarfile
 import threading
 import time
 from collections.abc import Callable
@@ -408,8 +409,10 @@ class _Handler(BaseHTTPRequestHandler):
             status, payload, ctype = 413, {"error": str(e), "kind": "ArchiveTooLarge"}, _JSON
         except NotADirectoryError as e:
             status, payload, ctype = 409, {"error": str(e), "kind": "NotADirectoryError"}, _JSON
-        except (ValueError, UnicodeError) as e:  # includes JSON and tar format errors
+        except (ValueError, UnicodeError, tarfile.TarError) as e:  # bad JSON, bad tar
             status, payload, ctype = 400, {"error": str(e), "kind": "ValueError"}, _JSON
+        except OSError as e:  # a file operation the sandbox's files refused (as local raises)
+            status, payload, ctype = 409, {"error": str(e), "kind": "OSError"}, _JSON
         except Exception as e:
             log.exception("%s %s failed", self.command, url.path)
             status, payload = 500, {"error": f"{type(e).__name__}: {e}", "kind": "Internal"}
@@ -513,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"listening": address, "pid": os.getpid(), "subreaper": subreaper}))
     sys.stdout.flush()
     try:
-        server.serve_forever(poll_interval=0.5)
+        server.serve_forever(poll_interval=0.1)
     finally:
         stop.set()
         server.server_close()

@@ -269,6 +269,8 @@ class AgentClient:
             raise ArchiveTooLarge(msg)
         if kind == "NotADirectoryError":
             raise NotADirectoryError(msg)
+        if kind == "OSError":
+            raise OSError(msg)
         if status in (400, 413):
             raise ValueError(msg)
         raise AgentUnavailable(

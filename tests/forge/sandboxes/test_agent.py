@@ -314,9 +314,8 @@ def test_oversized_bodies_are_refused_unread(unix_agent: Agent) -> None:
 
 def test_kill_ends_running_execs_and_escaped_sessions(agent: Agent) -> None:
     c = agent.client
-    script = (
-        "setsid sh -c 'echo $$ > pid; exec sleep 100' & while [ ! -s pid ]; do sleep 0.01; done"
-    )
+    escape = "setsid sh -c 'echo $$ > pid; exec sleep 100' > /dev/null 2>&1 &"
+    script = escape + " while [ ! -s pid ]; do sleep 0.01; done"
     assert c.exec(["sh", "-c", script], 10).exit_code == 0
     pid = int((agent.workspace / "pid").read_text())
     assert agent.alive(pid)  # it left the exec's group: the exec's end did not kill it
