@@ -1,27 +1,24 @@
 """The sandbox agent: a small HTTP server inside a container that runs commands and moves files.
 
-Standard library only, and importable from a minimal tree (``forge/__init__.py`` and
-``forge/sandboxes/__init__.py`` empty, plus ``base``, ``process``, ``archive``, ``bridge`` and
-this module; see :func:`forge.sandboxes.agent_client.agent_tree`)::
+Standard library only; it runs from a minimal tree (:func:`agent_client.agent_tree`)::
 
-    PYTHONPATH=/opt/forge/agent python3 -m forge.sandboxes.agent --unix /run/forge/agent.sock \\
-        --token-file /run/forge/token [--workspace /workspace] [--home /home/agent] \\
-        [--proxy 127.0.0.1:8931=/run/forge/proxy.sock]
+    PYTHONPATH=/opt/forge/agent python3 -m forge.sandboxes.agent --unix /run/forge/agent.sock \
+        --token-file F [--workspace /workspace] [--home /home/agent] [--proxy 127.0.0.1:P=SOCK]
 
-Every request carries ``Authorization: Bearer <token>`` (401 otherwise). Endpoints:
-``GET /health``; ``POST /exec`` (JSON ``cmd``, ``timeout_s``, ``env``, ``cwd``, ``output_cap``:
-the command leads its own session, its group is killed on timeout and when it exits, its env is
-exactly ``env``); ``PUT``/``GET /file?path=P[&mode=420]``; ``GET /archive?path=P&max_bytes=N``
-and ``PUT /archive?path=P`` (tars, :mod:`forge.sandboxes.archive`); ``POST /kill`` (every
-process the agent started, their sessions and descendants). Relative paths are taken from the
-workspace; a path (after following symlinks) must stay inside the workspace or the home.
-The agent makes itself a child subreaper (or is PID 1) and reaps the orphans it inherits.
+Every request needs ``Authorization: Bearer <token>``. ``GET /health``; ``POST /exec`` (JSON
+``cmd``, ``timeout_s``, ``env`` (exactly the command's), ``cwd``, ``output_cap``; its process
+group is killed on timeout and when it exits); ``PUT``/``GET /file?path=P[&mode=420]``;
+``GET /archive?path=P&max_bytes=N``, ``PUT /archive?path=P`` (:mod:`archive`); ``POST /kill``
+(every session the agent started and all its descendants). Relative paths are taken from the
+workspace; paths (symlinks followed) must stay in the workspace or home. The agent is a child
+subreaper (or PID 1) and reaps the orphans it inherits.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import hmac
 import json
 import logging
@@ -43,7 +40,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from forge.sandboxes import archive, bridge
 from forge.sandboxes.base import ArchiveTooLarge, ExecResult
-from forge.sandboxes.process import DEFAULT_OUTPUT_CAP, kill_group, run_in_group
+from forge.sandboxes.process import DEFAULT_OUTPUT_CAP, Sessions, become_subreaper
 
 log = logging.getLogger("forge.agent")
 
@@ -52,131 +49,12 @@ MAX_DATA_BODY = 256 << 20  # a file or an archive
 MAX_OUTPUT_CAP = 64 << 20
 MAX_TIMEOUT_S = 7 * 86400.0
 IDLE_TIMEOUT_S = 300.0  # a kept-alive connection with no request for this long is closed
-_PR_SET_CHILD_SUBREAPER = 36
 
 
 class HTTPError(Exception):
     def __init__(self, status: int, message: str, kind: str = "") -> None:
         super().__init__(message)
         self.status, self.kind = status, kind or "error"
-
-
-def _proc_table() -> list[tuple[int, int, int, str]]:
-    """(pid, ppid, session id, state) of every visible process."""
-    rows = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                raw = f.read().decode(errors="replace")
-        except OSError:
-            continue
-        fields = raw[raw.rfind(")") + 2 :].split()  # after "pid (comm) "
-        rows.append((int(name), int(fields[1]), int(fields[3]), fields[0]))
-    return rows
-
-
-def become_subreaper() -> bool:
-    """Make orphaned descendants reparent to this process (Linux prctl), so /kill finds them."""
-    if os.getpid() == 1:
-        return True
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    except (ImportError, OSError, AttributeError):
-        return False
-
-
-class Processes:
-    """The commands the agent runs: started, tracked, reaped, killed."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.leaders: set[int] = set()  # running exec leaders (reaped by their own thread)
-        self.sessions: set[int] = set()  # session ids of every exec not yet known to be empty
-        self.spawning = 0  # execs between fork and registration: the reaper must wait
-        self.wake = threading.Event()
-
-    def run(self, argv: list[str], env: dict[str, str], cwd: str, timeout_s: float, cap: int):
-        registered = False
-
-        def started(proc: Any) -> None:
-            nonlocal registered
-            with self.lock:
-                self.leaders.add(proc.pid)
-                self.sessions.add(proc.pid)
-                self.spawning -= 1
-                registered = True
-
-        def ended(proc: Any) -> None:
-            with self.lock:
-                self.leaders.discard(proc.pid)
-            self.wake.set()
-
-        with self.lock:
-            self.spawning += 1
-        try:
-            return run_in_group(
-                argv, env=env, cwd=cwd, timeout_s=timeout_s, output_cap=cap,
-                on_start=started, on_end=ended,
-            )  # fmt: skip
-        finally:
-            if not registered:
-                with self.lock:
-                    self.spawning -= 1
-
-    def reap(self) -> None:
-        """Reap exited children that are not exec leaders (orphans reparented to us)."""
-        with self.lock:
-            if self.spawning:
-                self.wake.set()  # try again soon
-                return
-            me = os.getpid()
-            table = _proc_table()
-            for pid, ppid, _sid, state in table:
-                if ppid == me and state == "Z" and pid not in self.leaders:
-                    with contextlib.suppress(ChildProcessError):
-                        os.waitpid(pid, os.WNOHANG)
-            live = {sid for _pid, _ppid, sid, state in table if state != "Z"}
-            self.sessions &= live | self.leaders
-
-    def reaper(self, stop: threading.Event) -> None:
-        while not stop.is_set():
-            self.wake.wait(1.0)
-            self.wake.clear()
-            self.reap()
-
-    def kill_all(self) -> int:
-        """SIGKILL every exec's session and every descendant of the agent; how many died."""
-        me, killed = os.getpid(), set()
-        for _ in range(20):
-            table = [row for row in _proc_table() if row[3] != "Z" and row[0] != me]
-            with self.lock:
-                sessions = self.sessions | self.leaders
-            children: dict[int, list[int]] = {}
-            for pid, ppid, _sid, _state in table:
-                children.setdefault(ppid, []).append(pid)
-            targets = {pid for pid, _ppid, sid, _state in table if sid in sessions}
-            todo = list(children.get(me, []))
-            while todo:
-                pid = todo.pop()
-                if pid not in targets:
-                    targets.add(pid)
-                    todo.extend(children.get(pid, []))
-            if not targets:
-                break
-            for sid in sessions:
-                kill_group(sid, signal.SIGKILL)
-            for pid in targets:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            killed |= targets
-            time.sleep(0.005)
-        self.wake.set()
-        return len(killed)
 
 
 def _text(value: Any, field: str) -> str:
@@ -191,7 +69,7 @@ class Agent:
     def __init__(self, workspace: str, home: str) -> None:
         self.workspace, self.home = Path(workspace), Path(home)
         self.roots = {str(self.workspace): self.workspace, str(self.home): self.home}
-        self.procs = Processes()
+        self.procs = Sessions()
 
     def resolve(self, path: str) -> Path:
         """The real path of ``path`` (relative: from the workspace), symlinks followed as the
@@ -253,13 +131,7 @@ class Agent:
         except OSError as e:  # not found, not executable: as a shell would report it
             code = 127 if isinstance(e, FileNotFoundError) else 126
             res = ExecResult(code, "", f"forge-agent: cannot run {cmd[0]!r}: {e.strerror}\n")
-        return {
-            "exit_code": res.exit_code,
-            "stdout": res.stdout,
-            "stderr": res.stderr,
-            "timed_out": res.timed_out,
-            "duration_s": res.duration_s,
-        }
+        return dataclasses.asdict(res)
 
     def put_file(self, path: str, data: bytes, mode: int) -> None:
         host = self.resolve(path)
@@ -296,19 +168,11 @@ class Agent:
         archive.unpack_into(self.resolve(path), data)
 
 
-def _int(query: dict[str, str], name: str, default: int | None, lo: int, hi: int) -> int:
-    raw = query.get(name)
-    if raw is None:
-        if default is None:
-            raise ValueError(f"query parameter {name!r} is required")
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"query parameter {name!r} must be an integer") from None
-    if not lo <= value <= hi:
-        raise ValueError(f"query parameter {name!r} must be within [{lo}, {hi}]")
-    return value
+def _int(query: dict[str, str], name: str, default: int, lo: int, hi: int) -> int:
+    raw = query.get(name, str(default))
+    if not raw.isdigit() or not lo <= int(raw) <= hi:
+        raise ValueError(f"query parameter {name!r} must be an integer in [{lo}, {hi}]")
+    return int(raw)
 
 
 def _path(query: dict[str, str]) -> str:
@@ -352,6 +216,14 @@ ROUTES: dict[tuple[str, str], tuple[int, Route]] = {  # (method, path) -> (body 
 }
 
 
+_ERRORS: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], int, str], ...] = (
+    (ArchiveTooLarge, 413, "ArchiveTooLarge"),
+    (NotADirectoryError, 409, "NotADirectoryError"),
+    ((ValueError, UnicodeError, tarfile.TarError), 400, "ValueError"),  # bad JSON, bad tar
+    (OSError, 409, "OSError"),  # a file operation the sandbox's files refused (as local's)
+)
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = IDLE_TIMEOUT_S
@@ -362,25 +234,23 @@ class _Handler(BaseHTTPRequestHandler):
         if self.connection.family in (socket.AF_INET, socket.AF_INET6):
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
+    def _length(self) -> int:
+        raw = self.headers.get("Content-Length") or "0"
+        if "Transfer-Encoding" in self.headers or not raw.isdigit():
+            raise HTTPError(411, "send a Content-Length (and no Transfer-Encoding)")
+        return int(raw)
+
     def _body(self, limit: int) -> bytes:
-        if "Transfer-Encoding" in self.headers:
-            raise HTTPError(411, "send a Content-Length, not a Transfer-Encoding")
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            raise HTTPError(400, "bad Content-Length") from None
-        if length < 0 or length > limit:
+        length = self._length()
+        if length > limit:
             raise HTTPError(413, f"request body of {length} bytes exceeds {limit}", "TooLarge")
         return self.rfile.read(length) if length else b""
 
     def _discard(self) -> bool:
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            return False
-        if "Transfer-Encoding" in self.headers or not 0 <= length <= MAX_JSON_BODY:
-            return False
-        return len(self.rfile.read(length)) == length
+        with contextlib.suppress(HTTPError):
+            length = self._length()
+            return length <= MAX_JSON_BODY and len(self.rfile.read(length)) == length
+        return False
 
     def _dispatch(self) -> None:
         t0 = time.monotonic()
@@ -405,18 +275,12 @@ class _Handler(BaseHTTPRequestHandler):
             status, payload, ctype = e.status, {"error": str(e), "kind": e.kind}, _JSON
             if not body_read:  # drain a small unread body to keep the connection, or close it
                 self.close_connection = self.close_connection or not self._discard()
-        except ArchiveTooLarge as e:
-            status, payload, ctype = 413, {"error": str(e), "kind": "ArchiveTooLarge"}, _JSON
-        except NotADirectoryError as e:
-            status, payload, ctype = 409, {"error": str(e), "kind": "NotADirectoryError"}, _JSON
-        except (ValueError, UnicodeError, tarfile.TarError) as e:  # bad JSON, bad tar
-            status, payload, ctype = 400, {"error": str(e), "kind": "ValueError"}, _JSON
-        except OSError as e:  # a file operation the sandbox's files refused (as local raises)
-            status, payload, ctype = 409, {"error": str(e), "kind": "OSError"}, _JSON
         except Exception as e:
-            log.exception("%s %s failed", self.command, url.path)
-            status, payload = 500, {"error": f"{type(e).__name__}: {e}", "kind": "Internal"}
-            ctype = _JSON
+            status, kind = next(((s, k) for t, s, k in _ERRORS if isinstance(e, t)), (500, ""))
+            if status == 500:
+                log.exception("%s %s failed", self.command, url.path)
+            msg = str(e) if kind else f"{type(e).__name__}: {e}"
+            status, payload, ctype = status, {"error": msg, "kind": kind or "Internal"}, _JSON
         data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
         head = [f"HTTP/1.1 {status} {self.responses.get(status, ('',))[0]}"]
         head += [f"Content-Type: {ctype}", f"Content-Length: {len(data)}"]
@@ -451,12 +315,6 @@ class UnixAgentHTTPServer(AgentHTTPServer):
     address_family = socket.AF_UNIX
 
 
-def _read_token(args: argparse.Namespace) -> str:
-    if args.token_file:
-        return Path(args.token_file).read_text().strip()
-    return os.environ.get("FORGE_AGENT_TOKEN", "").strip()
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="forge-agent", description=__doc__.split("\n\n")[0])
     where = p.add_mutually_exclusive_group(required=True)
@@ -474,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
         format="forge-agent %(levelname)s %(message)s",
         stream=sys.stderr,
     )
-    token = _read_token(args)
+    token = os.environ.get("FORGE_AGENT_TOKEN", "")
+    token = (Path(args.token_file).read_text() if args.token_file else token).strip()
     os.environ.pop("FORGE_AGENT_TOKEN", None)
     if not token:
         p.error("no token: pass --token-file or set FORGE_AGENT_TOKEN")

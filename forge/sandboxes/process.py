@@ -1,4 +1,5 @@
-"""Run one command in its own process group with a timeout and capped output capture."""
+"""Run one command in its own process group with a timeout and capped output capture; track
+such commands (:class:`Sessions`) to reap the orphans they leave and kill all of them at once."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from forge.sandboxes.base import ExecResult
 
 DEFAULT_OUTPUT_CAP = 1 << 20  # bytes kept per stream (the last ones)
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 class _Tail:
@@ -142,3 +144,124 @@ def run_in_group(
         timed_out=timed_out,
         duration_s=time.monotonic() - start,
     )
+
+
+def _proc_table() -> list[tuple[int, int, int, str]]:
+    """(pid, ppid, session id, state) of every visible process."""
+    rows = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                raw = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        fields = raw[raw.rfind(")") + 2 :].split()  # after "pid (comm) "
+        rows.append((int(name), int(fields[1]), int(fields[3]), fields[0]))
+    return rows
+
+
+def become_subreaper() -> bool:
+    """Make orphaned descendants reparent to this process (Linux prctl): kill_all finds them."""
+    if os.getpid() == 1:
+        return True
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (ImportError, OSError, AttributeError):
+        return False
+
+
+class Sessions:
+    """Commands run with :func:`run_in_group`, tracked so that orphans they leave (reparented
+    to this process as a subreaper) are reaped and :meth:`kill_all` can end every one of them."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.leaders: set[int] = set()  # running exec leaders (reaped by their own thread)
+        self.sessions: set[int] = set()  # session ids of every exec not yet known to be empty
+        self.spawning = 0  # execs between fork and registration: the reaper must wait
+        self.wake = threading.Event()
+
+    def run(
+        self, argv: list[str], env: dict[str, str], cwd: str, timeout_s: float, cap: int
+    ) -> ExecResult:
+        registered = False
+
+        def started(proc: subprocess.Popen[bytes]) -> None:
+            nonlocal registered
+            with self.lock:
+                self.leaders.add(proc.pid)
+                self.sessions.add(proc.pid)
+                self.spawning -= 1
+                registered = True
+
+        def ended(proc: subprocess.Popen[bytes]) -> None:
+            with self.lock:
+                self.leaders.discard(proc.pid)
+            self.wake.set()
+
+        with self.lock:
+            self.spawning += 1
+        try:
+            return run_in_group(
+                argv, env=env, cwd=cwd, timeout_s=timeout_s, output_cap=cap,
+                on_start=started, on_end=ended,
+            )  # fmt: skip
+        finally:
+            if not registered:
+                with self.lock:
+                    self.spawning -= 1
+
+    def reap(self) -> None:
+        """Reap exited children that are not exec leaders (orphans reparented to us)."""
+        with self.lock:
+            if self.spawning:
+                self.wake.set()  # try again soon
+                return
+            me = os.getpid()
+            table = _proc_table()
+            for pid, ppid, _sid, state in table:
+                if ppid == me and state == "Z" and pid not in self.leaders:
+                    with contextlib.suppress(ChildProcessError):
+                        os.waitpid(pid, os.WNOHANG)
+            live = {sid for _pid, _ppid, sid, state in table if state != "Z"}
+            self.sessions &= live | self.leaders
+
+    def reaper(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            self.wake.wait(1.0)
+            self.wake.clear()
+            self.reap()
+
+    def kill_all(self) -> int:
+        """SIGKILL every exec's session and every descendant of the agent; how many died."""
+        me, killed = os.getpid(), set()
+        for _ in range(20):
+            table = [row for row in _proc_table() if row[3] != "Z" and row[0] != me]
+            with self.lock:
+                sessions = self.sessions | self.leaders
+            children: dict[int, list[int]] = {}
+            for pid, ppid, _sid, _state in table:
+                children.setdefault(ppid, []).append(pid)
+            targets = {pid for pid, _ppid, sid, _state in table if sid in sessions}
+            todo = list(children.get(me, []))
+            while todo:
+                pid = todo.pop()
+                if pid not in targets:
+                    targets.add(pid)
+                    todo.extend(children.get(pid, []))
+            if not targets:
+                break
+            for sid in sessions:
+                kill_group(sid, signal.SIGKILL)
+            for pid in targets:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            killed |= targets
+            time.sleep(0.005)
+        self.wake.set()
+        return len(killed)
