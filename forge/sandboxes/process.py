@@ -217,19 +217,20 @@ class Sessions:
                     self.spawning -= 1
 
     def reap(self) -> None:
-        """Reap exited children that are not exec leaders (orphans reparented to us)."""
+        """Reap exited children that are not exec leaders (orphans reparented to us), without
+        scanning /proc: a leader's own thread reaps it and then wakes the reaper again."""
         with self.lock:
-            if self.spawning:
-                self.wake.set()  # try again soon
-                return
-            me = os.getpid()
-            table = _proc_table()
-            for pid, ppid, _sid, state in table:
-                if ppid == me and state == "Z" and pid not in self.leaders:
-                    with contextlib.suppress(ChildProcessError):
-                        os.waitpid(pid, os.WNOHANG)
-            live = {sid for _pid, _ppid, sid, state in table if state != "Z"}
-            self.sessions &= live | self.leaders
+            while not self.spawning:  # a child between fork and registration is no orphan
+                try:
+                    info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+                except ChildProcessError:
+                    break
+                if info is None or info.si_pid in self.leaders:
+                    break
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(info.si_pid, os.WNOHANG)
+            if len(self.sessions) > 256:  # forget sessions with no process left
+                self.sessions &= {row[2] for row in _proc_table() if row[3] != "Z"} | self.leaders
 
     def reaper(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -256,7 +257,7 @@ class Sessions:
                     todo.extend(children.get(pid, []))
             if not targets:
                 break
-            for sid in sessions:
+            for sid in sessions & {row[2] for row in table}:
                 kill_group(sid, signal.SIGKILL)
             for pid in targets:
                 with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -4,7 +4,7 @@ socket and on loopback TCP: exec, process-group kills, auth, /kill, the proxy re
 from __future__ import annotations
 
 import ast
-import http.client
+import contextlib
 import io
 import json
 import os
@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 
 from forge.sandboxes.agent_client import (
-    AgentAuthError,
     AgentClient,
     AgentUnavailable,
     agent_command,
@@ -46,9 +45,6 @@ class Agent:
     workspace: Path
     home: Path
     address: str
-
-    def alive(self, pid: int) -> bool:
-        return _alive(pid)
 
 
 def _alive(pid: int) -> bool:
@@ -199,6 +195,22 @@ def test_background_children_die_with_their_leader(agent: Agent) -> None:
     res = agent.client.exec(["sh", "-c", "sleep 100 & echo $!"], 10)
     assert res.exit_code == 0 and not res.timed_out
     assert _gone(int(res.stdout.split()[0]))
+    for _ in range(3):  # orphans the agent inherits (a subreaper) are reaped, not left zombies
+        agent.client.exec(["sh", "-c", "(sleep 0.1 &) ; exit 0"], 10)
+    end = time.monotonic() + 5
+    while time.monotonic() < end and _zombies(agent.proc.pid):
+        time.sleep(0.05)
+    assert not _zombies(agent.proc.pid)
+
+
+def _zombies(parent: int) -> list[int]:
+    out = []
+    for p in os.listdir("/proc"):
+        with contextlib.suppress(OSError, IndexError):
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            if p.isdigit() and fields[0] == "Z" and int(fields[1]) == parent:
+                out.append(int(p))
+    return out
 
 
 def test_output_is_capped_to_the_tail(agent: Agent) -> None:
@@ -235,80 +247,6 @@ def test_exec_round_trip_is_fast(agent: Agent) -> None:
     assert sorted(times)[len(times) // 2] < 0.05
 
 
-# -- auth and bad requests -------------------------------------------------------------------
-
-
-def _raw(a: Agent, method: str, path: str, body: bytes | None = None, **headers: str):
-    if a.address.startswith("unix:"):
-        conn: http.client.HTTPConnection = _UnixConn(a.address[5:])
-    else:
-        host, port = a.address[len("http://") :].split(":")
-        conn = http.client.HTTPConnection(host, int(port), timeout=10)
-    conn.request(method, path, body=body, headers=headers)
-    resp = conn.getresponse()
-    out = resp.status, resp.read()
-    conn.close()
-    return out
-
-
-class _UnixConn(http.client.HTTPConnection):
-    def __init__(self, path: str) -> None:
-        super().__init__("localhost", timeout=10)
-        self.path_ = path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX)
-        self.sock.connect(self.path_)
-
-
-def test_auth_is_required(agent: Agent) -> None:
-    assert _raw(agent, "GET", "/health")[0] == 401
-    assert _raw(agent, "GET", "/health", Authorization="Bearer nope")[0] == 401
-    assert _raw(agent, "GET", "/health", Authorization=f"Bearer {TOKEN}x")[0] == 401
-    status, body = _raw(agent, "GET", "/health", Authorization=f"Bearer {TOKEN}")
-    assert status == 200 and json.loads(body)["ok"] is True
-    bad = AgentClient(agent.address, "wrong")
-    with pytest.raises(AgentAuthError):
-        bad.exec(["true"], 5)
-    t0 = time.monotonic()
-    with pytest.raises(AgentAuthError):
-        bad.wait_ready(10)
-    assert time.monotonic() - t0 < 2
-
-
-def test_bad_requests_name_the_field(unix_agent: Agent) -> None:
-    auth = {"Authorization": f"Bearer {TOKEN}"}
-    cases = {
-        b'{"cmd": "ls", "timeout_s": 1}': "'cmd'",
-        b'{"cmd": ["ls"]}': "'timeout_s'",
-        b'{"cmd": ["ls"], "timeout_s": 1, "env": {"A": 1}}': "'env'",
-        b'{"cmd": ["ls"], "timeout_s": 1, "output_cap": 0}': "'output_cap'",
-        b'{"cmd": ["ls"], "timeout_s": 1, "cwd": "../.."}': "outside",
-        b'{"cmd": ["ls"], "timeout_s": 1, "shell": true}': "shell",
-        b"not json": "",
-    }
-    for body, needle in cases.items():
-        status, out = _raw(unix_agent, "POST", "/exec", body, **auth)
-        assert status == 400 and needle in json.loads(out)["error"], (body, out)
-    status, out = _raw(unix_agent, "PUT", "/file?mode=420", b"x", **auth)
-    assert status == 400 and "'path'" in json.loads(out)["error"]
-    status, out = _raw(unix_agent, "PUT", "/file?path=a&mode=x", b"x", **auth)
-    assert status == 400 and "'mode'" in json.loads(out)["error"]
-    assert _raw(unix_agent, "GET", "/nothing", **auth)[0] == 404
-    with pytest.raises(ValueError, match="'cmd'"):
-        unix_agent.client.exec([], 5)
-
-
-def test_oversized_bodies_are_refused_unread(unix_agent: Agent) -> None:
-    sock = socket.socket(socket.AF_UNIX)
-    sock.connect(unix_agent.address[5:])
-    head = f"POST /exec HTTP/1.1\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: {1 << 40}"
-    sock.sendall(head.encode() + b"\r\n\r\n")
-    reply = sock.recv(4096).decode()
-    sock.close()
-    assert reply.startswith("HTTP/1.1 413") and "Connection: close" in reply
-
-
 # -- kill, proxy, lifecycle ------------------------------------------------------------------
 
 
@@ -318,7 +256,7 @@ def test_kill_ends_running_execs_and_escaped_sessions(agent: Agent) -> None:
     script = escape + " while [ ! -s pid ]; do sleep 0.01; done"
     assert c.exec(["sh", "-c", script], 10).exit_code == 0
     pid = int((agent.workspace / "pid").read_text())
-    assert agent.alive(pid)  # it left the exec's group: the exec's end did not kill it
+    assert _alive(pid)  # it left the exec's group: the exec's end did not kill it
     running: list = []
     t = threading.Thread(target=lambda: running.append(c.exec(["sleep", "100"], 100)))
     t.start()
