@@ -1,4 +1,5 @@
-"""The ``forge`` command: ``forge run``, ``forge serve``, ``forge tasks``, ``forge harness``."""
+"""The ``forge`` command: ``forge run``, ``forge serve``, ``forge tasks``, ``forge harness``,
+``forge image``."""
 
 from __future__ import annotations
 
@@ -164,6 +165,58 @@ def _harness(args: argparse.Namespace) -> int:
     return code
 
 
+def _image(args: argparse.Namespace) -> int:
+    import contextlib
+
+    from forge import images
+    from forge.harnesses.install import PACKAGES
+    from forge.sandboxes import dockerd
+    from forge.sandboxes.docker import DockerUnavailable, client_for, resolve_host
+
+    if args.action == "dockerfile":
+        for name in args.names or ["base"]:
+            print(f"# --- {name}\n{images.dockerfile(name)}")
+        return 0
+    if args.action == "daemon":
+        what = (args.names or ["status"])[0]
+        running = dockerd.running(args.root)
+        if what == "start":
+            d = dockerd.start_daemon(args.root, reuse=True)
+            print(f"dockerd (pid {d.pid}) answers at {d.host}", flush=True)
+        elif what == "stop" and running is not None:
+            dockerd.stop_daemon(running)
+            print(f"stopped dockerd (pid {running.pid})")
+        else:
+            print(f"dockerd (pid {running.pid}) at {running.host}" if running else "not running")
+        return 0
+    started = None
+    if resolve_host(args.docker_host) is None and not dockerd.answers(Path("/var/run/docker.sock")):
+        try:  # no daemon: a private one for the build (its images persist in its data root)
+            started = dockerd.start_daemon(args.root, reuse=True)
+        except dockerd.DaemonError as e:
+            print(f"forge image: {e}", file=sys.stderr)
+            return 2
+        args.docker_host = started.host
+    names = args.names or ["base", "react", *sorted(n for n in PACKAGES if PACKAGES[n].installed())]
+    try:
+        client = client_for(args.docker_host)
+        print(f"Docker daemon: {client.forge_host}", flush=True)
+        if args.action == "list":
+            for name, tag, state in images.image_rows(client, names):
+                print(f"{name:16s} {tag:48s} {state}")
+            return 0
+        images.build(client, names, lambda m: print(m, flush=True), force=args.force)
+        return 0
+    except (DockerUnavailable, RuntimeError, ValueError) as e:
+        print(f"forge image: {e}", file=sys.stderr)
+        return 2
+    finally:
+        if started is not None and started.started:
+            with contextlib.suppress(Exception):
+                dockerd.stop_daemon(started)
+            print("stopped the private dockerd; `forge image daemon start` runs it for runs")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="forge", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -221,6 +274,19 @@ def build_parser() -> argparse.ArgumentParser:
     har.add_argument("names", nargs="*", help="harnesses to install (default: all)")
     har.add_argument("--force", action="store_true", help="reinstall")
     har.set_defaults(func=_harness)
+
+    img = sub.add_parser("image", help="build and list sandbox images (sandbox.backend=docker)")
+    img.add_argument("action", choices=["build", "list", "dockerfile", "daemon"])
+    img.add_argument(
+        "names",
+        nargs="*",
+        help="build/list/dockerfile: base and harness names (default: base, react and the "
+        "installed harnesses); daemon: start, stop or status of the private dockerd",
+    )
+    img.add_argument("--docker-host", help="the daemon (default: sandbox.docker_host's rules)")
+    img.add_argument("--root", help="the private dockerd's folder (~/.cache/openforge/dockerd)")
+    img.add_argument("--force", action="store_true", help="rebuild (and re-bootstrap the base)")
+    img.set_defaults(func=_image)
     parser.set_defaults(commands=sub.choices)
     return parser
 

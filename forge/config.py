@@ -84,14 +84,45 @@ class ProxyConfig(_Strict):
 
 
 class SandboxConfig(_Strict):
-    backend: Literal["local"] = Field("local", description="Where harnesses run.")
-    root: str | None = Field(None, description="Host folder for workspaces (default: temp dir).")
+    backend: Literal["local", "docker"] = Field(
+        "local",
+        description="Where harnesses run. local: a bubblewrap process on the HarnessPod's node. "
+        "docker: one container per attempt (and per verifier run) on a Docker daemon, from "
+        "the images `forge image build` makes; no network but the attempt's proxy.",
+    )
+    root: str | None = Field(
+        None,
+        description="Host folder for workspaces (local) or for each container's agent socket "
+        "folder (docker; default: the temp dir).",
+    )
     isolation: Literal["required", "none"] = Field(
         "required",
         description="required: every sandbox runs under bubblewrap (private namespaces, only its "
         "workspace and home writable, a network whose one way out is its proxy); a run that "
         "cannot isolate stops at once and says how to install bubblewrap. none: run harnesses "
-        "as plain host processes sharing the host's network and files (only when asked).",
+        "as plain host processes sharing the host's network and files (only when asked). "
+        "Local backend only: docker sandboxes are always isolated.",
+    )
+    docker_host: str | None = Field(
+        None,
+        description="docker: the daemon's address (unix:///path/sock, tcp://host:port). None: "
+        "DOCKER_HOST, else the private daemon of `forge image daemon start` when it runs, "
+        "else the Docker client's default. The daemon must run on this host (it bind-mounts "
+        "the proxy's and the agent's Unix sockets).",
+    )
+    image: str | None = Field(
+        None,
+        description="docker: run every sandbox (verifiers too) from this image instead of "
+        "openforge/<harness>:<version> or openforge/base (it needs python3 and the agent at "
+        "/opt/forge/agent; the harness's files are bind-mounted read-only).",
+    )
+    cpus: float = Field(1.0, gt=0, description="docker: CPUs per container (nano_cpus).")
+    memory_mb: int = Field(
+        4096, ge=64, description="docker: memory limit per container in MiB (no swap beyond)."
+    )
+    pids: int = Field(1024, ge=16, description="docker: most processes per container.")
+    start_timeout_s: float = Field(
+        30.0, gt=0, description="docker: how long a new container's agent may take to answer."
     )
 
 

@@ -69,6 +69,29 @@ if command -v npm >/dev/null 2>&1; then
 else
   log "npm not found: real npm harnesses not installed (apt install npm); their tests will skip"
 fi
+# Docker sandboxes (sandbox.backend=docker): Debian's docker.io and debootstrap; the base and
+# react images are built in a private dockerd (~/.cache/openforge/dockerd, no iptables, no
+# bridge), which is stopped afterwards. The Debian root filesystem is cached in
+# ~/.cache/openforge/images, so later builds (and the docker tests' own daemon) take seconds.
+if [ "${FORGE_SKIP_DOCKER:-0}" = 1 ]; then
+  log "FORGE_SKIP_DOCKER=1: docker sandboxes not set up; the docker tests will skip"
+else
+  if ! command -v dockerd >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      log "installing docker.io and debootstrap (apt), for docker sandboxes"
+      (apt-get update -qq && apt-get install -y -qq docker.io debootstrap >/dev/null) || log "docker.io not installed: the docker tests will skip"
+    else
+      log "dockerd or debootstrap missing: install docker.io and debootstrap for docker sandboxes"
+    fi
+  fi
+  if command -v dockerd >/dev/null 2>&1 && command -v debootstrap >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    log "building sandbox images (base, react): about 1-2 minutes the first time, seconds after"
+    t0=$(date +%s)
+    .venv/bin/forge image build base react || log "WARNING: sandbox images not built; docker sandboxes will stop with the command to build them"
+    log "sandbox images done in $(( $(date +%s) - t0 ))s"
+  fi
+fi
+
 # The vLLM engine's own environment (.venv-vllm): its transformers pin conflicts with verl's.
 if [ "${FORGE_SKIP_VLLM:-0}" = 1 ]; then
   log "FORGE_SKIP_VLLM=1: vLLM environment not set up; its tests will skip"

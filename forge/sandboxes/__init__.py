@@ -1,5 +1,6 @@
-"""Sandbox backends by name: ``make_sandbox("local", root=..., isolation=...)``, and the check a
-run makes at its start that its sandboxes can be isolated (DESIGN.md decision 8)."""
+"""Sandbox backends by name: ``make_sandbox("local", root=..., isolation=...)``,
+``sandbox_for(config, harness)``, the check a run makes at its start that its sandboxes can be
+isolated (DESIGN.md decision 8), and ``reap_sandboxes``, the reconcile pass by label."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from typing import Any
 from forge.config import SandboxConfig
 from forge.sandboxes.base import ExecResult, Sandbox, SandboxSpec
 from forge.sandboxes.bwrap import IsolationUnavailable, require_bwrap
+from forge.sandboxes.docker import DockerSandbox, DockerUnavailable
 from forge.sandboxes.local import UNISOLATED_WARNING, LocalSandbox
+from forge.sandboxes.orphans import reap_orphans
 
 log = logging.getLogger(__name__)
-SANDBOXES: dict[str, type] = {"local": LocalSandbox}
+SANDBOXES: dict[str, type] = {"local": LocalSandbox, "docker": DockerSandbox}
 
 
 def make_sandbox(backend: str, **options: Any) -> Sandbox:
@@ -30,6 +33,8 @@ def sandbox_for(config: SandboxConfig, harness: str | None) -> Sandbox:
     sandbox) as ``config`` describes it."""
     if config.backend == "local":
         return LocalSandbox(root=config.root, isolation=config.isolation)
+    if config.backend == "docker":
+        return DockerSandbox(config, harness)
     return make_sandbox(config.backend)
 
 
@@ -37,7 +42,13 @@ def check_isolation(config: SandboxConfig) -> None:
     """Stop a run at its start when its sandboxes cannot be isolated as ``config`` asks:
     raises :class:`IsolationUnavailable` saying why and how to fix it (install bubblewrap, or
     set ``sandbox.isolation=none``). With ``isolation: none`` it logs a warning that harnesses
-    will share the host's network and files."""
+    will share the host's network and files. The docker backend needs its daemon to answer and
+    the base image to be there (:class:`DockerUnavailable` says which command builds it)."""
+    if config.backend == "docker":
+        from forge.sandboxes.docker import client_for, image_and_binds
+
+        image_and_binds(client_for(config.docker_host), config, None, {})
+        return
     if config.isolation == "none":
         log.warning(UNISOLATED_WARNING)
         return
@@ -45,8 +56,23 @@ def check_isolation(config: SandboxConfig) -> None:
         require_bwrap()
 
 
+def reap_sandboxes(config: SandboxConfig, run: str, orphans_only: bool = False) -> int:
+    """Delete the leaked sandboxes of ``run`` (at run start and end: all of them are orphans;
+    with ``orphans_only``, those whose creating process on this host is dead, for a HarnessPod
+    that died) and any past their deadline; returns how many. Local sandbox folders are
+    always reaped; docker containers when the backend is docker."""
+    reaped = reap_orphans(config.root, run=run)
+    if config.backend == "docker":
+        from forge.sandboxes.docker import client_for, reap_containers
+
+        reaped += reap_containers(client_for(config.docker_host), run, orphans_only=orphans_only)
+    return reaped
+
+
 __all__ = [
     "SANDBOXES",
+    "DockerSandbox",
+    "DockerUnavailable",
     "ExecResult",
     "IsolationUnavailable",
     "LocalSandbox",
@@ -54,5 +80,6 @@ __all__ = [
     "SandboxSpec",
     "check_isolation",
     "make_sandbox",
+    "reap_sandboxes",
     "sandbox_for",
 ]

@@ -1,0 +1,395 @@
+"""DockerSandbox: one container per attempt, driven through the sandbox agent inside it.
+
+The Docker API is the control plane only (create, inspect, remove); every exec and file
+transfer goes to the agent (:mod:`forge.sandboxes.agent`) over a Unix socket in a per-sandbox
+host folder bind-mounted at ``/run/forge``, authenticated by a random per-sandbox token.
+
+A container runs from ``openforge/<harness>:<version>-<base>`` when that image is present (the
+harness's files are in it, at the sandbox paths its ``ro_mounts()`` names), else from the base
+image with those files bind-mounted read-only; a verifier's sandbox (harness None) uses the base.
+It has no network (``network_mode=none``): its only way out is the attempt's proxy, whose Unix
+socket is bind-mounted at ``/run/forge/proxy.sock`` and relayed by the agent to
+``127.0.0.1:<proxy_port>`` inside. CPU, memory and pids limits come from :class:`SandboxConfig`;
+labels name the run, HarnessPod, episode, attempt and a deadline (epoch seconds), so
+:func:`reap_containers` finds leaked ones. The workspace and home live in the container.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import secrets
+import socket
+import tempfile
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forge import images
+from forge.config import SandboxConfig
+from forge.sandboxes import bridge, dockerd
+from forge.sandboxes.agent_client import (
+    DEFAULT_PATH,
+    HOME,
+    WORKSPACE,
+    AgentClient,
+    AgentUnavailable,
+    agent_command,
+)
+from forge.sandboxes.base import ExecResult, SandboxSpec
+from forge.sandboxes.bwrap import IsolationUnavailable
+from forge.sandboxes.local import SandboxExpired
+from forge.sandboxes.orphans import dir_name, pid_start, rmtree
+
+log = logging.getLogger(__name__)
+
+RUN_DIR = "/run/forge"  # the per-sandbox host folder, inside the container
+AGENT_SOCKET = f"{RUN_DIR}/agent.sock"
+PROXY_SOCKET = f"{RUN_DIR}/proxy.sock"
+TOKEN_FILE = f"{RUN_DIR}/token"
+LABEL = "openforge"  # label keys: openforge.run, .pod, .episode, .attempt, .deadline, ...
+CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID"]
+_clients: dict[str, Any] = {}
+_present: set[tuple[str, str]] = set()  # (daemon, image) seen present
+_lock = threading.Lock()
+
+
+class DockerUnavailable(IsolationUnavailable):
+    """The Docker daemon cannot be reached, or an image the sandbox needs is missing."""
+
+
+def resolve_host(docker_host: str | None = None) -> str | None:
+    """``docker_host``, else DOCKER_HOST, else the running private daemon's socket, else None
+    (the Docker client's default)."""
+    if docker_host:
+        return docker_host
+    if os.environ.get("DOCKER_HOST"):
+        return os.environ["DOCKER_HOST"]
+    private = dockerd.running()
+    return private.host if private is not None else None
+
+
+def client_for(docker_host: str | None = None) -> Any:
+    """A Docker client for the daemon (shared per address); DockerUnavailable when it does
+    not answer."""
+    import docker
+
+    host = resolve_host(docker_host)
+    key = host or "default"
+    with _lock:
+        client = _clients.get(key)
+    if client is not None:
+        return client
+    try:
+        client = docker.DockerClient(base_url=host, timeout=120) if host else docker.from_env()
+        client.ping()
+    except Exception as e:
+        raise DockerUnavailable(
+            f"no Docker daemon answers at {host or 'the default socket'} ({type(e).__name__}: "
+            f"{e}); start one (`forge image daemon start`, or the system's dockerd) or set "
+            "sandbox.docker_host"
+        ) from e
+    client.forge_host = key  # what messages name the daemon by
+    with _lock:
+        return _clients.setdefault(key, client)
+
+
+def require_image(client: Any, tag: str, build: str | None) -> None:
+    """DockerUnavailable naming ``tag`` and how to make it (``forge image build BUILD``, or for
+    a user's own image, to load it) when the daemon lacks it."""
+    where = getattr(client, "forge_host", "default")
+    key = (where, tag)
+    if key in _present:
+        return
+    if not images.has_image(client, tag):
+        how = f"build it with `forge image build {build}`" if build else "build or load it there"
+        raise DockerUnavailable(f"image {tag} is not in the Docker daemon at {where}: {how}")
+    _present.add(key)
+
+
+def image_and_binds(
+    client: Any, config: SandboxConfig, harness: str | None, ro_mounts: dict[str, str]
+) -> tuple[str, dict[str, str]]:
+    """The image a sandbox runs and the host paths to bind-mount read-only (host -> sandbox):
+    the harness's image when present (without the mounts it already holds), else the base."""
+    if config.image:
+        require_image(client, config.image, None)
+        return config.image, dict(ro_mounts)
+    if harness is not None:
+        try:
+            tag, baked = images.harness_tag(harness), images._harness_sources(harness)
+        except Exception:  # a harness with no image of its own (its files come from options)
+            tag, baked = None, {}
+        if tag is not None and images.has_image(client, tag):
+            return tag, {h: t for h, t in ro_mounts.items() if baked.get(h) != t}
+    base = images.base_tag()
+    require_image(client, base, harness or "base")
+    return base, dict(ro_mounts)
+
+
+@dataclass
+class _State:
+    """What cleanup needs; kept apart from the sandbox so ``weakref.finalize`` can hold it."""
+
+    client: Any = None
+    container_id: str | None = None
+    dir: Path | None = None
+    agent: AgentClient | None = None
+    relays: list[bridge.Relay] = field(default_factory=list)
+    destroyed: bool = False
+
+
+def _cleanup(state: _State) -> None:
+    state.destroyed = True
+    if state.agent is not None:
+        state.agent.close()
+    if state.container_id is not None and state.client is not None:
+        _remove(state.client, state.container_id)
+    for relay in state.relays:
+        relay.close()
+    state.relays = []
+    if state.dir is not None:
+        rmtree(state.dir)
+
+
+def _remove(client: Any, container_id: str) -> None:
+    import docker.errors
+
+    try:
+        client.api.remove_container(container_id, force=True, v=True)
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError as e:
+        if "already in progress" not in str(e):
+            raise
+
+
+class DockerSandbox:
+    """The Sandbox protocol in a Docker container; see the module docstring."""
+
+    workspace = WORKSPACE
+
+    def __init__(self, config: SandboxConfig | None = None, harness: str | None = None) -> None:
+        self.config = config or SandboxConfig(backend="docker")
+        self.harness = harness
+        self.spec = SandboxSpec()
+        self.image = ""
+        self.name = ""
+        self.deadline = 0.0
+        self._proxy_addr: str | None = None
+        self._state = _State()
+        self._finalizer = weakref.finalize(self, _cleanup, self._state)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def create(self, spec: SandboxSpec) -> None:
+        if self._state.dir is not None:
+            raise RuntimeError("sandbox already created")
+        client = client_for(self.config.docker_host)
+        self._state.client = client
+        for host in spec.ro_mounts:
+            if not os.path.exists(host):
+                raise FileNotFoundError(f"read-only mount source does not exist: {host}")
+        image, binds = image_and_binds(client, self.config, self.harness, spec.ro_mounts)
+        self.spec, self.image = spec, image
+        d = self._make_dir(spec)
+        token = secrets.token_hex(32)
+        fd = os.open(d / "token", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token)
+        mounts = [_bind(str(d), RUN_DIR, read_only=False)]
+        mounts += [_bind(h, t, read_only=True) for h, t in sorted(binds.items())]
+        proxies = {}
+        socket_path = self._proxy_socket(spec, d)
+        if socket_path is not None:
+            mounts.append(_bind(socket_path, PROXY_SOCKET, read_only=False))
+            proxies[f"127.0.0.1:{spec.proxy_port}"] = PROXY_SOCKET
+            self._proxy_addr = f"127.0.0.1:{spec.proxy_port}"
+        extra = [] if os.geteuid() == 0 else ["--socket-mode", "666"]
+        command = agent_command(
+            unix=AGENT_SOCKET, token_file=TOKEN_FILE, proxies=proxies, extra=extra
+        )
+        self.deadline = time.time() + spec.deadline_s
+        self.name = f"forge-{dir_name(spec.labels)}-{secrets.token_hex(3)}"
+        cfg = self.config
+        container = client.api.create_container(
+            image,
+            command=command,
+            name=self.name,
+            hostname="sandbox",
+            working_dir=WORKSPACE,
+            labels=self.labels(spec, d),
+            environment={"PATH": DEFAULT_PATH, "HOME": HOME, "LANG": "C.UTF-8", "TZ": "UTC"},
+            host_config=client.api.create_host_config(
+                mounts=mounts,
+                network_mode="none",
+                init=True,
+                nano_cpus=int(cfg.cpus * 1e9),
+                mem_limit=cfg.memory_mb << 20,
+                memswap_limit=cfg.memory_mb << 20,
+                pids_limit=cfg.pids,
+                cap_drop=["ALL"],
+                cap_add=CAPS,
+                security_opt=["no-new-privileges"],
+            ),
+        )
+        self._state.container_id = container["Id"]
+        client.api.start(container["Id"])
+        base_env = {"PATH": DEFAULT_PATH, "HOME": HOME, "TZ": "UTC", "LANG": "C.UTF-8"}
+        base_env.update(spec.env)
+        agent = AgentClient(f"unix:{d / 'agent.sock'}", token, base_env=base_env)
+        self._state.agent = agent
+        self._wait_ready(agent, client, container["Id"])
+
+    def _make_dir(self, spec: SandboxSpec) -> Path:
+        root = Path(self.config.root) if self.config.root else Path(tempfile.gettempdir())
+        root = root / "openforge-docker"
+        if len(str(root)) > 60:  # Unix socket paths are limited to ~108 bytes
+            root = Path(tempfile.gettempdir()) / "openforge-docker"
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        d = Path(tempfile.mkdtemp(prefix=dir_name(spec.labels)[:24] + "-", dir=root))
+        self._state.dir = d
+        return d
+
+    def _proxy_socket(self, spec: SandboxSpec, d: Path) -> str | None:
+        """The host Unix socket of the attempt's proxy (a relay to ``proxy_tcp`` if needed)."""
+        if spec.proxy_socket:
+            return spec.proxy_socket
+        if spec.proxy_tcp:
+            path = str(d / "proxy-relay.sock")
+            host, port = bridge.split_host_port(spec.proxy_tcp)
+            relay = bridge.Relay(bridge.listen_unix(path), bridge.connect_tcp(host, port))
+            self._state.relays.append(relay)
+            return path
+        return None
+
+    def labels(self, spec: SandboxSpec, d: Path) -> dict[str, str]:
+        out = {f"{LABEL}.{k}": str(v) for k, v in spec.labels.items()}
+        out.setdefault(f"{LABEL}.run", "")
+        pid = os.getpid()
+        out.update(
+            {
+                f"{LABEL}.deadline": str(int(self.deadline) + 1),
+                f"{LABEL}.host": socket.gethostname(),
+                f"{LABEL}.creator": f"{pid} {pid_start(pid)}",
+                f"{LABEL}.dir": str(d),
+                f"{LABEL}.harness": self.harness or "",
+            }
+        )
+        return out
+
+    def _wait_ready(self, agent: AgentClient, client: Any, cid: str) -> None:
+        end = time.monotonic() + self.config.start_timeout_s
+        while True:
+            try:
+                agent.wait_ready(timeout_s=min(1.0, max(0.05, end - time.monotonic())))
+                return
+            except AgentUnavailable as e:
+                state = client.api.inspect_container(cid)["State"]
+                if not state.get("Running") or time.monotonic() >= end:
+                    logs = client.api.logs(cid, tail=20).decode(errors="replace")
+                    why = f"exited with {state.get('ExitCode')}" if not state.get("Running") else e
+                    raise AgentUnavailable(
+                        f"container {self.name} ({self.image}): the sandbox agent did not start "
+                        f"({why}):\n{logs}"
+                    ) from e
+
+    def destroy(self) -> None:
+        """Remove the container (killing everything in it) and its host folder; idempotent."""
+        self._finalizer()
+
+    def _agent(self) -> AgentClient:
+        if self._state.destroyed:
+            raise RuntimeError("sandbox destroyed")
+        if self._state.agent is None:
+            raise RuntimeError("sandbox not created")
+        return self._state.agent
+
+    def proxy_host_port(self) -> str:
+        self._agent()
+        if self._proxy_addr is None:
+            raise RuntimeError("sandbox has no proxy: set spec.proxy_socket or spec.proxy_tcp")
+        return self._proxy_addr
+
+    def default_path(self) -> str:
+        return DEFAULT_PATH
+
+    def path_map(self) -> dict[str, str]:
+        return {}
+
+    # -- exec and files: through the agent ------------------------------------------------
+
+    def exec(
+        self, cmd: list[str], timeout_s: float, env: dict[str, str] | None = None
+    ) -> ExecResult:
+        agent = self._agent()
+        remaining = self.deadline - time.time()
+        if remaining <= 0:
+            raise SandboxExpired(
+                f"sandbox {self.name} passed its deadline {-remaining:.1f}s ago; not running "
+                f"{cmd!r}"
+            )
+        if not cmd:
+            raise ValueError("empty command")
+        return agent.exec(cmd, min(timeout_s, remaining), env)
+
+    def put_file(self, path: str, content: bytes | str, mode: int = 0o644) -> None:
+        self._agent().put_file(path, content, mode)
+
+    def get_file(self, path: str) -> bytes | None:
+        return self._agent().get_file(path)
+
+    def get_archive(self, path: str, max_bytes: int = 64 << 20) -> bytes:
+        return self._agent().get_archive(path, max_bytes)
+
+    def put_archive(self, path: str, data: bytes) -> None:
+        self._agent().put_archive(path, data)
+
+
+def _bind(source: str, target: str, read_only: bool) -> Any:
+    from docker.types import Mount
+
+    return Mount(target=target, source=source, type="bind", read_only=read_only)
+
+
+def reap_containers(client: Any, run: str | None = None, orphans_only: bool = False) -> int:
+    """Remove sandbox containers (and their host folders on this host): those of ``run``
+    (every one, or with ``orphans_only`` those whose creating process on this host is dead),
+    and any whose deadline label has passed. Returns how many were removed."""
+    here, now, removed = socket.gethostname(), time.time(), 0
+    for c in client.api.containers(all=True, filters={"label": f"{LABEL}.run"}):
+        labels = c.get("Labels") or {}
+        try:
+            expired = now > float(labels.get(f"{LABEL}.deadline", "inf"))
+        except ValueError:
+            expired = False
+        mine = run is not None and labels.get(f"{LABEL}.run") == run
+        if mine and orphans_only:
+            mine = labels.get(f"{LABEL}.host") == here and not _creator_alive(labels)
+        if not (mine or expired):
+            continue
+        _remove(client, c["Id"])
+        d = labels.get(f"{LABEL}.dir", "")
+        if labels.get(f"{LABEL}.host") == here and re.search(r"/openforge-docker/[^/]+$", d):
+            rmtree(Path(d))
+        removed += 1
+    return removed
+
+
+def _creator_alive(labels: dict[str, str]) -> bool:
+    try:
+        pid_text, start = labels.get(f"{LABEL}.creator", "").split()
+        pid = int(pid_text)
+        os.kill(pid, 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(Exception):
+        return start == "None" or pid_start(pid) == start
+    return True

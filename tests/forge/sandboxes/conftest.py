@@ -1,0 +1,62 @@
+"""The docker tests' own Docker daemon: a real dockerd from Debian's docker.io, started for the
+session under /tmp/openforge-test-dockerd/<random> (its own socket, data and exec roots; no
+iptables, forwarding or bridge, so the host's network is never touched) and stopped by its pid
+at the end. Daemons of crashed sessions (their owner process dead) are swept first. The base
+and react images are built into it: from the cached Debian root filesystem in seconds, or
+bootstrapped once (about a minute) when the cache lacks it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from forge.sandboxes import dockerd
+
+PARENT = Path(tempfile.gettempdir()) / "openforge-test-dockerd"
+
+
+def _why_not() -> str | None:
+    if shutil.which("dockerd") is None and not os.access("/usr/sbin/dockerd", os.X_OK):
+        return "no dockerd binary (apt-get install docker.io)"
+    if os.geteuid() != 0:
+        return "a private dockerd needs root"
+    if shutil.which("debootstrap") is None and not os.access("/usr/sbin/debootstrap", os.X_OK):
+        return "no debootstrap to build the base image (apt-get install debootstrap)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def docker_daemon() -> Iterator[dockerd.Daemon]:
+    why = _why_not()
+    if why is not None:
+        pytest.skip(why)
+    PARENT.mkdir(parents=True, exist_ok=True)
+    dockerd.sweep_stale(PARENT)
+    root = Path(tempfile.mkdtemp(prefix="d", dir=PARENT))
+    daemon = dockerd.start_daemon(root)
+    try:
+        yield daemon
+    finally:
+        dockerd.stop_daemon(daemon)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def docker_images(docker_daemon: dockerd.Daemon) -> dict[str, str]:
+    """The base and react images in the session's daemon: name -> tag."""
+    import docker
+
+    from forge import images
+
+    client = docker.DockerClient(base_url=docker_daemon.host, timeout=300)
+    t0 = time.monotonic()
+    base, react = images.build(client, ["base", "react"], progress=lambda m: None)
+    print(f"[docker tests] base and react images ready in {time.monotonic() - t0:.1f}s")
+    client.close()
+    return {"base": base, "react": react}
