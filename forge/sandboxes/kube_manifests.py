@@ -1,0 +1,394 @@
+"""The Kubernetes objects of the kubernetes sandbox backend, as plain dicts (pure functions).
+
+A sandbox is one Pod per attempt: the sandbox agent (:mod:`forge.sandboxes.agent`, baked into
+the images at ``/opt/forge/agent`` by ``forge image build``) is its container's command,
+listening on ``0.0.0.0:<agent_port>``; its token is the ``FORGE_AGENT_TOKEN`` variable of the
+pod spec (see :mod:`forge.sandboxes.kubernetes` for why not a Secret). Per run, a NetworkPolicy
+lets the sandboxes reach only the HarnessPods' proxy port and be reached only from the
+HarnessPods on the agent port; a ConfigMap stands for the run and owns every pod (deleting it
+makes the garbage collector delete them). Per HarnessPod, a Lease carries its heartbeat.
+
+:func:`cluster_manifests` is the RBAC a cluster admin applies once per namespace: the sandbox
+ServiceAccount (bound to nothing, no token mounted) and the run's own ServiceAccount, Role and
+RoleBinding. Every manifest here validates against the official schemas (tests, with
+``kubernetes-validate``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from typing import Any
+
+LABEL = "openforge"  # label keys: openforge.run, .pod, .episode, .attempt, .role, .deadline
+ROLE_SANDBOX = "sandbox"
+HARNESS_SELECTOR = {f"{LABEL}.role": "harness-pod"}  # how the HarnessPods' pods are labelled
+SANDBOX_ACCOUNT = "openforge-sandbox"
+RUN_ACCOUNT = "openforge-run"
+CONTAINER = "sandbox"
+CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID"]  # as docker
+_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+FATAL_WAITING = {"InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError"}
+_DNS = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def digest(*parts: str, n: int = 10) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:n]
+
+
+def label_value(text: str) -> str:
+    """``text`` as a valid label value (<= 63 characters of ``[A-Za-z0-9_.-]``, alphanumeric at
+    both ends): unchanged when it already is one, else cleaned and suffixed with a hash of the
+    original, so distinct values stay distinct."""
+    if len(text) <= 63 and _VALUE.match(text):
+        return text
+    clean = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-_.")[:52].rstrip("-_.")
+    return f"{clean}-{digest(text, n=8)}" if clean else f"x-{digest(text, n=8)}"
+
+
+def dns_label(text: str, limit: int = 63) -> str:
+    """A lower-case DNS-1123 label made of ``text`` (may be empty), at most ``limit`` long."""
+    out = re.sub(r"[^a-z0-9-]+", "-", text.lower())
+    return re.sub(r"-+", "-", out)[:limit].strip("-")
+
+
+def is_dns_label(name: str) -> bool:
+    return len(name) <= 63 and bool(_DNS.match(name))
+
+
+def pod_name(labels: dict[str, str]) -> str:
+    """A deterministic pod name for an attempt's sandbox: ``forge-<episode>-a<attempt>[-v]-<hash>``
+    (a DNS-1123 label, <= 63 characters); the hash covers every label (run, HarnessPod,
+    episode, attempt, role), so the same attempt always gets the same name and a retried create
+    is idempotent, while two runs or a harness and its verifier never collide."""
+    h = digest(json.dumps(sorted(labels.items())))
+    attempt = dns_label(str(labels.get("attempt", "")), 6)
+    tail = (f"-a{attempt}" if attempt else "") + ("-v" if labels.get("role") == "verifier" else "")
+    head = dns_label(str(labels.get("episode") or labels.get("run") or ""), 63)
+    room = 63 - len("forge-") - len(tail) - 1 - len(h)
+    head = head[:room].strip("-")
+    return "-".join(p for p in ("forge", head) if p) + f"{tail}-{h}"
+
+
+def run_labels(run: str) -> dict[str, str]:
+    return {f"{LABEL}.run": label_value(run)}
+
+
+def pod_labels(spec_labels: dict[str, str], deadline: float, harness: str | None) -> dict[str, str]:
+    """The pod's labels: every spec label under ``openforge.`` (values made valid), the role
+    (``sandbox``; a verifier's sandbox keeps ``role=verifier`` as ``openforge.kind``), the
+    harness, and the deadline in epoch seconds (the reaper deletes pods past it)."""
+    out = {f"{LABEL}.{k}": label_value(str(v)) for k, v in spec_labels.items() if k != "role"}
+    out.setdefault(f"{LABEL}.run", "")
+    out[f"{LABEL}.kind"] = label_value(spec_labels.get("role", "harness"))
+    out[f"{LABEL}.role"] = ROLE_SANDBOX
+    out[f"{LABEL}.deadline"] = str(math.ceil(deadline) + 1)
+    out[f"{LABEL}.harness"] = label_value(harness or "")
+    return out
+
+
+def quantity_cpu(cpus: float) -> str:
+    milli = max(1, round(cpus * 1000))
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+def resources(cpus: float, memory_mb: int, ephemeral_mb: int) -> dict[str, Any]:
+    """Requests equal to limits (the Guaranteed QoS class: a sandbox is never starved below
+    what it was promised, and never evicted before best-effort pods)."""
+    amounts = {
+        "cpu": quantity_cpu(cpus),
+        "memory": f"{memory_mb}Mi",
+        "ephemeral-storage": f"{ephemeral_mb}Mi",
+    }
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def owner_reference(obj: dict[str, Any]) -> dict[str, Any]:
+    """An ownerReference to ``obj`` (as the API server returned it: it needs its uid)."""
+    meta = obj["metadata"]
+    return {
+        "apiVersion": obj.get("apiVersion", "v1"),
+        "kind": obj.get("kind", "ConfigMap"),
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "blockOwnerDeletion": False,
+        "controller": False,
+    }
+
+
+def pod_manifest(
+    *,
+    name: str,
+    namespace: str,
+    image: str,
+    command: list[str],
+    labels: dict[str, str],
+    env: dict[str, str],
+    token: str,
+    agent_port: int,
+    deadline_s: float,
+    resources: dict[str, Any],
+    annotations: dict[str, str] | None = None,
+    owner: dict[str, Any] | None = None,
+    service_account: str = SANDBOX_ACCOUNT,
+    run_as_user: int | None = None,
+    node_selector: dict[str, str] | None = None,
+    image_pull_secrets: list[str] | None = None,
+    workdir: str = "/workspace",
+) -> dict[str, Any]:
+    """The sandbox pod. Runs as root with Docker's default capabilities minus NET_RAW and the
+    like (``drop: [ALL]``, then the seven of :data:`CAPS` added back, as the docker backend;
+    the Pod Security "baseline" level admits it) or, with ``run_as_user``, as that non-root
+    user with no capability at all ("restricted"); never privileged, no privilege escalation,
+    the runtime's default seccomp profile, no service account token, no service links."""
+    root = run_as_user is None
+    pod_security: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    if not root:
+        pod_security.update(runAsNonRoot=True, runAsUser=run_as_user, runAsGroup=run_as_user)
+        pod_security["fsGroup"] = run_as_user
+    caps: dict[str, Any] = {"drop": ["ALL"]}
+    if root:
+        caps["add"] = list(CAPS)
+    env_list = [{"name": k, "value": v} for k, v in env.items()]
+    env_list.append({"name": "FORGE_AGENT_TOKEN", "value": token})
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    if owner is not None:
+        meta["ownerReferences"] = [owner]
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "activeDeadlineSeconds": max(1, math.ceil(deadline_s)),
+        "terminationGracePeriodSeconds": 0,
+        "automountServiceAccountToken": False,
+        "serviceAccountName": service_account,
+        "enableServiceLinks": False,
+        "hostname": "sandbox",
+        "securityContext": pod_security,
+        "containers": [
+            {
+                "name": CONTAINER,
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": list(command),
+                "workingDir": workdir,
+                "env": env_list,
+                "ports": [{"name": "agent", "containerPort": agent_port, "protocol": "TCP"}],
+                "resources": resources,
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "privileged": False,
+                    "capabilities": caps,
+                },
+            }
+        ],
+    }
+    if node_selector:
+        spec["nodeSelector"] = dict(node_selector)
+    if image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": s} for s in image_pull_secrets]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def _peers(
+    harness_selector: dict[str, str], harness_namespace: str | None, proxy_cidrs: list[str]
+) -> list[dict[str, Any]]:
+    peer: dict[str, Any] = {"podSelector": {"matchLabels": dict(harness_selector)}}
+    if harness_namespace is not None:
+        ns = {"kubernetes.io/metadata.name": harness_namespace}
+        peer["namespaceSelector"] = {"matchLabels": ns}
+    return [peer] + [{"ipBlock": {"cidr": c}} for c in proxy_cidrs]
+
+
+def network_policy_name(run: str) -> str:
+    return f"openforge-sandbox-{digest(run)}"
+
+
+def network_policy(
+    namespace: str,
+    run: str,
+    agent_port: int,
+    *,
+    proxy_ports: tuple[int, int] | None = None,
+    harness_selector: dict[str, str] | None = None,
+    harness_namespace: str | None = None,
+    proxy_cidrs: list[str] | None = None,
+) -> dict[str, Any]:
+    """The run's sandboxes may open connections only to the HarnessPods (pods labelled
+    ``harness_selector``, in ``harness_namespace`` or the sandboxes' own; or addresses in
+    ``proxy_cidrs``) on the proxy ports (``proxy_ports``: an inclusive range; None: any port
+    of theirs, as a HarnessPod's proxy takes a free port), and accept connections only from
+    them on the agent port. Nothing else: no DNS, no other pod, no internet."""
+    peers = _peers(harness_selector or HARNESS_SELECTOR, harness_namespace, proxy_cidrs or [])
+    egress: dict[str, Any] = {"to": peers}
+    if proxy_ports is not None:
+        lo, hi = proxy_ports
+        port: dict[str, Any] = {"protocol": "TCP", "port": lo}
+        if hi > lo:
+            port["endPort"] = hi
+        egress["ports"] = [port]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": network_policy_name(run),
+            "namespace": namespace,
+            "labels": run_labels(run),
+        },
+        "spec": {
+            "podSelector": {"matchLabels": {**run_labels(run), f"{LABEL}.role": ROLE_SANDBOX}},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": peers, "ports": [{"protocol": "TCP", "port": agent_port}]}],
+            "egress": [egress],
+        },
+    }
+
+
+def run_configmap(namespace: str, run: str) -> dict[str, Any]:
+    """The object that stands for the run: every sandbox pod and heartbeat Lease is owned by
+    it, so deleting it (``kubectl delete configmap openforge-run-...``) deletes them all."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": f"openforge-run-{digest(run)}",
+            "namespace": namespace,
+            "labels": run_labels(run),
+        },
+        "data": {"run": run},
+    }
+
+
+def lease_name(run: str, pod: str) -> str:
+    return f"openforge-hb-{digest(run, pod)}"
+
+
+def heartbeat_lease(
+    namespace: str, run: str, pod: str, renew_time: str, ttl_s: int, owner: dict | None = None
+) -> dict[str, Any]:
+    """A HarnessPod's heartbeat: a Lease it renews every few seconds; its sandbox pods are
+    orphans once ``renewTime + leaseDurationSeconds`` has passed (or the Lease is gone)."""
+    meta: dict[str, Any] = {
+        "name": lease_name(run, pod),
+        "namespace": namespace,
+        "labels": {**run_labels(run), f"{LABEL}.pod": label_value(pod)},
+    }
+    if owner is not None:
+        meta["ownerReferences"] = [owner]
+    spec = {
+        "holderIdentity": label_value(pod),
+        "leaseDurationSeconds": int(ttl_s),
+        "renewTime": renew_time,
+    }
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec}
+
+
+def sandbox_service_account(namespace: str, name: str = SANDBOX_ACCOUNT) -> dict[str, Any]:
+    """The sandboxes' identity: bound to no Role, and its token is never mounted."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": name, "namespace": namespace, "labels": {f"{LABEL}.role": "sandbox"}},
+        "automountServiceAccountToken": False,
+    }
+
+
+RUN_RULES = [  # what the run's identity may do in the sandbox namespace, and nothing more
+    {
+        "apiGroups": [""],
+        "resources": ["pods"],
+        "verbs": ["create", "get", "list", "watch", "delete"],
+    },
+    {
+        "apiGroups": ["networking.k8s.io"],
+        "resources": ["networkpolicies"],
+        "verbs": ["create", "get"],
+    },
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "get", "delete"]},
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "verbs": ["create", "get", "list", "patch", "delete"],
+    },
+    {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["get"]},
+]
+
+
+def cluster_manifests(
+    namespace: str,
+    *,
+    run_account: str = RUN_ACCOUNT,
+    run_account_namespace: str | None = None,
+    sandbox_account: str = SANDBOX_ACCOUNT,
+) -> list[dict[str, Any]]:
+    """What a cluster admin applies once (``kubectl apply -f``) in the sandbox namespace: the
+    sandboxes' ServiceAccount (no RoleBinding: it can do nothing), and the run's identity: a
+    ServiceAccount (in ``run_account_namespace`` when the Ray pods live elsewhere), a Role with
+    exactly :data:`RUN_RULES` (pods create/get/list/watch/delete; networkpolicies create/get;
+    the run's ConfigMap create/get/delete; heartbeat Leases; serviceaccounts get) and the
+    RoleBinding between them."""
+    account_ns = run_account_namespace or namespace
+    out = [sandbox_service_account(namespace, sandbox_account)]
+    out.append(
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": run_account, "namespace": account_ns},
+        }
+    )
+    out.append(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": run_account, "namespace": namespace},
+            "rules": [dict(r) for r in RUN_RULES],
+        }
+    )
+    out.append(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": run_account, "namespace": namespace},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": run_account,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": run_account, "namespace": account_ns}],
+        }
+    )
+    return out
+
+
+def pod_state(pod: dict[str, Any]) -> tuple[str, str]:
+    """("running", pod IP) | ("failed", why) | ("pending", why)."""
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    state = next(iter(c.get("state") or {} for c in status.get("containerStatuses") or []), {})
+    term, waiting = state.get("terminated") or {}, state.get("waiting") or {}
+    if phase in ("Failed", "Succeeded") or term:
+        bits = [f"phase {phase}", status.get("reason"), status.get("message")]
+        if term:
+            bits += [f"container {term.get('reason')} (exit {term.get('exitCode')})"]
+            bits += [term.get("message")]
+        return "failed", "; ".join(str(b) for b in bits if b)
+    if waiting.get("reason") in FATAL_WAITING:
+        return "failed", f"{waiting.get('reason')}: {waiting.get('message', '')}"
+    if phase == "Running" and status.get("podIP"):
+        return "running", str(status["podIP"])
+    why = [f"phase {phase}"]
+    if waiting:
+        why.append(f"{waiting.get('reason')}: {waiting.get('message', '')}".rstrip(": "))
+    for cond in status.get("conditions") or []:
+        if cond.get("status") == "False" and cond.get("message"):
+            why.append(f"{cond.get('type')}: {cond.get('message')}")
+    return "pending", "; ".join(why)
+
+
+def to_yaml(manifests: list[dict[str, Any]]) -> str:
+    """Manifests as one multi-document YAML text, for ``kubectl apply -f -``."""
+    import yaml
+
+    return yaml.safe_dump_all(manifests, sort_keys=False)

@@ -1,0 +1,244 @@
+"""The kubernetes backend's manifests (validated against the official schemas with
+kubernetes-validate), names, labels, the token bucket and the retry policy: no API server."""
+
+from __future__ import annotations
+
+import email.utils
+import itertools
+import threading
+import time
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from forge.sandboxes import kube_manifests as km
+from forge.sandboxes.agent_client import agent_command
+from forge.sandboxes.kube_reconcile import RetryPolicy, TokenBucket
+
+pytestmark = pytest.mark.k8s
+VERSIONS = ("1.31.0", kubernetes_validate.latest_version() + ".0")
+LABELS = {"run": "run-1", "pod": "pod-3", "episode": "ep-0007", "attempt": "2"}
+
+
+def validate(manifest: dict) -> None:
+    for version in VERSIONS:
+        kubernetes_validate.validate(manifest, version, strict=True)
+
+
+def pod(**kw: object) -> dict:
+    args: dict = dict(
+        name=km.pod_name(LABELS),
+        namespace="sbx",
+        image="registry.example/openforge/react:1.0-abc",
+        command=agent_command(listen="0.0.0.0:8937"),
+        labels=km.pod_labels(LABELS, 1_900_000_000.2, "react"),
+        env={"PATH": "/usr/bin:/bin", "HOME": "/home/agent"},
+        token="t0k3n",
+        agent_port=8937,
+        deadline_s=660.5,
+        resources=km.resources(1.5, 4096, 10240),
+        annotations={"openforge.nonce": "abc"},
+        owner={
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "name": "openforge-run-x",
+            "uid": "0b7f6a64-8a3e-4c3e-9b8e-0d7d2f0e1a11",
+            "blockOwnerDeletion": False,
+            "controller": False,
+        },
+    )
+    args.update(kw)
+    return km.pod_manifest(**args)
+
+
+def test_pod_manifest_fields_and_schema() -> None:
+    m = pod()
+    validate(m)
+    spec, c = m["spec"], m["spec"]["containers"][0]
+    assert spec["restartPolicy"] == "Never"
+    assert spec["activeDeadlineSeconds"] == 661
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["serviceAccountName"] == km.SANDBOX_ACCOUNT
+    assert spec["enableServiceLinks"] is False
+    assert c["command"][-6:] == [
+        "--listen",
+        "0.0.0.0:8937",
+        "--workspace",
+        "/workspace",
+        "--home",
+        "/home/agent",
+    ]
+    assert "/opt/forge/agent" in c["command"][3]
+    assert c["ports"] == [{"name": "agent", "containerPort": 8937, "protocol": "TCP"}]
+    assert (
+        c["resources"]["requests"]
+        == c["resources"]["limits"]
+        == {"cpu": "1500m", "memory": "4096Mi", "ephemeral-storage": "10240Mi"}
+    )
+    sec = c["securityContext"]
+    assert sec["allowPrivilegeEscalation"] is False and sec["privileged"] is False
+    assert sec["capabilities"] == {"drop": ["ALL"], "add": km.CAPS}
+    assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    assert {"name": "FORGE_AGENT_TOKEN", "value": "t0k3n"} in c["env"]
+    labels = m["metadata"]["labels"]
+    assert labels["openforge.run"] == "run-1" and labels["openforge.attempt"] == "2"
+    assert labels["openforge.episode"] == "ep-0007" and labels["openforge.pod"] == "pod-3"
+    assert labels["openforge.role"] == "sandbox" and labels["openforge.kind"] == "harness"
+    assert labels["openforge.deadline"] == "1900000002"
+    assert m["metadata"]["ownerReferences"][0]["kind"] == "ConfigMap"
+
+
+def test_pod_manifest_non_root_is_restricted() -> None:
+    m = pod(run_as_user=1000, node_selector={"pool": "sandboxes"}, image_pull_secrets=["reg"])
+    validate(m)
+    assert m["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert m["spec"]["securityContext"]["runAsUser"] == 1000
+    assert m["spec"]["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert m["spec"]["nodeSelector"] == {"pool": "sandboxes"}
+    assert m["spec"]["imagePullSecrets"] == [{"name": "reg"}]
+    assert "ownerReferences" in pod(owner=None)["metadata"] or True
+    assert "ownerReferences" not in pod(owner=None)["metadata"]
+
+
+def test_pod_names_deterministic_valid_and_distinct() -> None:
+    name = km.pod_name(LABELS)
+    assert name == km.pod_name(dict(reversed(list(LABELS.items()))))
+    assert km.is_dns_label(name) and name.startswith("forge-ep-0007-a2-")
+    others = [
+        {**LABELS, "attempt": "3"},
+        {**LABELS, "run": "run-2"},
+        {**LABELS, "pod": "pod-4"},
+        {**LABELS, "role": "verifier"},
+    ]
+    names = {name} | {km.pod_name(o) for o in others}
+    assert len(names) == 5
+    assert km.pod_name({**LABELS, "role": "verifier"}).split("-")[-2] == "v"
+    weird = {"run": "R/un", "episode": "Ép_isode." * 20, "attempt": "12"}
+    w = km.pod_name(weird)
+    assert km.is_dns_label(w) and len(w) <= 63 and w == km.pod_name(dict(weird))
+    assert km.is_dns_label(km.pod_name({}))
+
+
+def test_label_values() -> None:
+    assert km.label_value("run-1") == "run-1"
+    bad = km.label_value("a run/with spaces" + "x" * 80)
+    assert len(bad) <= 63 and km._VALUE.match(bad)
+    assert km.label_value("a/b") != km.label_value("a b")  # the hash keeps them apart
+    assert km._VALUE.match(km.label_value("///"))
+    assert km.label_value("") == ""
+
+
+def test_network_policy_allows_only_harness_pods() -> None:
+    p = km.network_policy("sbx", "run-1", 8937)
+    validate(p)
+    spec = p["spec"]
+    assert spec["podSelector"]["matchLabels"] == {
+        "openforge.run": "run-1",
+        "openforge.role": "sandbox",
+    }
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    peers = [{"podSelector": {"matchLabels": {"openforge.role": "harness-pod"}}}]
+    assert spec["ingress"] == [{"from": peers, "ports": [{"protocol": "TCP", "port": 8937}]}]
+    assert spec["egress"] == [{"to": peers}]  # any port of the HarnessPods, nothing else
+    q = km.network_policy(
+        "sbx",
+        "run-1",
+        8937,
+        proxy_ports=(20000, 20999),
+        harness_namespace="ray",
+        proxy_cidrs=["10.0.0.5/32"],
+    )
+    validate(q)
+    eg = q["spec"]["egress"][0]
+    assert eg["ports"] == [{"protocol": "TCP", "port": 20000, "endPort": 20999}]
+    assert eg["to"][0]["namespaceSelector"] == {
+        "matchLabels": {"kubernetes.io/metadata.name": "ray"}
+    }
+    assert eg["to"][1] == {"ipBlock": {"cidr": "10.0.0.5/32"}}
+    single = km.network_policy("sbx", "r", 1, proxy_ports=(8931, 8931))
+    assert single["spec"]["egress"][0]["ports"] == [{"protocol": "TCP", "port": 8931}]
+
+
+def test_rbac_and_other_objects_validate() -> None:
+    objs = km.cluster_manifests("sbx", run_account_namespace="ray")
+    for o in objs:
+        validate(o)
+    kinds = [o["kind"] for o in objs]
+    assert kinds == ["ServiceAccount", "ServiceAccount", "Role", "RoleBinding"]
+    sandbox_sa, run_sa, role, binding = objs
+    assert sandbox_sa["automountServiceAccountToken"] is False
+    assert run_sa["metadata"]["namespace"] == "ray"
+    pods = next(r for r in role["rules"] if r["resources"] == ["pods"])
+    assert sorted(pods["verbs"]) == ["create", "delete", "get", "list", "watch"]
+    netpols = next(r for r in role["rules"] if r["resources"] == ["networkpolicies"])
+    assert sorted(netpols["verbs"]) == ["create", "get"]
+    assert all("*" not in r["verbs"] and "*" not in r["resources"] for r in role["rules"])
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "openforge-run", "namespace": "ray"}
+    ]
+    bound = {s["name"] for o in objs if o["kind"] == "RoleBinding" for s in o["subjects"]}
+    assert km.SANDBOX_ACCOUNT not in bound  # the sandbox identity can do nothing
+    assert list(yaml.safe_load_all(km.to_yaml(objs))) == objs
+    for o in (
+        km.run_configmap("sbx", "run-1"),
+        km.heartbeat_lease("sbx", "run-1", "pod-3", "2026-01-01T00:00:00.000000Z", 60),
+        km.sandbox_service_account("sbx"),
+    ):
+        validate(o)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.t += s
+
+
+def test_token_bucket_spreads_a_burst() -> None:
+    clock = FakeClock()
+    bucket = TokenBucket(qps=4, burst=3, clock=clock, sleep=clock.sleep, rng=lambda: 0.9)
+    sent = []
+    for _ in range(23):
+        bucket.acquire()
+        sent.append(clock.t)
+    assert sent[:3] == [0.0, 0.0, 0.0]  # the burst goes at once
+    assert all(b > a for a, b in itertools.pairwise(sent[2:]))  # then one at a time
+    for start in sent:  # any one-second window holds at most burst + qps sends
+        assert sum(1 for t in sent if start <= t < start + 1.0) <= 3 + 4
+    later = sent[3:]
+    for start in later:  # once the burst is spent, at most qps a second
+        assert sum(1 for t in later if start <= t < start + 1.0) <= 4
+    assert sent[-1] >= (23 - 3) / 4  # no faster than qps on average
+
+
+def test_token_bucket_reservations_under_concurrency() -> None:
+    waits: list[float] = []
+    bucket = TokenBucket(qps=5, burst=2, clock=lambda: 100.0, sleep=waits.append, rng=lambda: 0.0)
+    threads = [threading.Thread(target=bucket.acquire) for _ in range(7)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(waits) == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])  # 2 went at once
+    jittery = TokenBucket(
+        qps=5, burst=1, clock=lambda: 0.0, sleep=lambda s: None, rng=lambda: 1.0, jitter=0.5
+    )
+    jittery.acquire()
+    assert jittery.acquire() == pytest.approx(0.2 + 0.1)
+
+
+def test_retry_policy() -> None:
+    p = RetryPolicy(rng=lambda: 1.0, base_s=0.5, cap_s=4.0)
+    assert [p.backoff(n) for n in range(5)] == [0.5, 1.0, 2.0, 4.0, 4.0]
+    q = RetryPolicy(rng=lambda: 0.0)
+    assert q.retry_after({"Retry-After": "3"}) == 3.0
+    assert q.retry_after({}) is None and q.retry_after(None) is None
+    assert q.retry_after({"Retry-After": "9999"}) == q.max_retry_after_s
+    when = email.utils.formatdate(time.time() + 5, usegmt=True)
+    assert 3.0 <= q.retry_after({"Retry-After": when}) <= 5.0
+    assert q.retry_after({"Retry-After": "soon"}) is None
