@@ -197,6 +197,13 @@ class DockerSandbox:
                 raise FileNotFoundError(f"read-only mount source does not exist: {host}")
         image, binds = image_and_binds(client, self.config, self.harness, spec.ro_mounts)
         self.spec, self.image = spec, image
+        try:
+            self._start(client, spec, binds)
+        except BaseException:  # leave no container or folder behind a failed create
+            self._finalizer()
+            raise
+
+    def _start(self, client: Any, spec: SandboxSpec, binds: dict[str, str]) -> None:
         d = self._make_dir(spec)
         token = secrets.token_hex(32)
         fd = os.open(d / "token", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -218,7 +225,7 @@ class DockerSandbox:
         self.name = f"forge-{dir_name(spec.labels)}-{secrets.token_hex(3)}"
         cfg = self.config
         container = client.api.create_container(
-            image,
+            self.image,
             command=command,
             name=self.name,
             hostname="sandbox",
@@ -227,6 +234,7 @@ class DockerSandbox:
             environment={"PATH": DEFAULT_PATH, "HOME": HOME, "LANG": "C.UTF-8", "TZ": "UTC"},
             host_config=client.api.create_host_config(
                 mounts=mounts,
+                tmpfs={"/tmp": "rw,nosuid,nodev,mode=1777"},  # counted in the memory limit
                 network_mode="none",
                 init=True,
                 nano_cpus=int(cfg.cpus * 1e9),

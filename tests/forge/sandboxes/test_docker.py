@@ -78,6 +78,7 @@ def test_exec_layout_env_and_latency(make, docker_images) -> None:
     assert r.stdout.split("\n")[0] == "/workspace /home/agent UTC C.UTF-8"
     assert r.stdout.split("\n")[1] == "(3, 11)"
     assert sb.workspace == "/workspace" and sb.path_map() == {}
+    assert sh(sb, "stat -f -c %T /tmp").stdout.strip() == "tmpfs"
     assert sb.exec(["sh", "-c", "echo $PATH"], 10).stdout.strip() == sb.default_path()
     assert sb.exec(["cat", PROGRAM], 10).stdout == Path(PROGRAM_HOST).read_text()
     r = sb.exec(["sh", "-c", "echo $X; exit 3"], 10, env={"X": "y"})
@@ -279,3 +280,37 @@ def test_missing_daemon_or_image_is_a_clear_error(config, client) -> None:
     other = config.model_copy(update={"image": "openforge/absent:1"})
     with pytest.raises(DockerUnavailable, match="openforge/absent:1"):
         DockerSandbox(other, None).create(SandboxSpec(labels={"run": "x"}))
+
+
+def test_failed_start_says_why_and_leaves_nothing(config, client) -> None:
+    from forge import images
+    from forge.sandboxes.agent_client import AgentUnavailable
+
+    no_agent = config.model_copy(update={"image": images.rootfs_tag()})  # python3, no agent
+    sb = DockerSandbox(no_agent, None)
+    t0 = time.monotonic()
+    with pytest.raises(AgentUnavailable, match="did not start") as err:
+        sb.create(SandboxSpec(labels={"run": "failed-start"}))
+    assert time.monotonic() - t0 < 10 and "No module named" in str(err.value)  # its log
+    assert client.api.containers(all=True, filters={"label": "openforge.run=failed-start"}) == []
+    assert sb._state.dir is not None and not sb._state.dir.exists()
+
+
+def test_burst_of_sandboxes_in_parallel(config) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(i: int) -> str:
+        sb = DockerSandbox(config, "react")
+        sb.create(SandboxSpec(labels={"run": "burst", "attempt": str(i)}))
+        try:
+            return sb.exec(["sh", "-c", f"echo {i}"], 30).stdout.strip()
+        finally:
+            sb.destroy()
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(8) as pool:
+        assert sorted(pool.map(one, range(8)), key=int) == [str(i) for i in range(8)]
+    print(
+        f"\n[docker] 8 sandboxes created, used and destroyed at once in "
+        f"{time.perf_counter() - t0:.2f}s"
+    )
