@@ -392,3 +392,53 @@ class LocalKubelet(Kubelet):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(5)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _quantity(text: str) -> float:
+    """A Kubernetes quantity ("1500m", "4096Mi", "2") as a number of base units."""
+    units = {"m": 1e-3, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30}
+    for suffix, scale in units.items():
+        if text.endswith(suffix):
+            return float(text[: -len(suffix)]) * scale
+    return float(text)
+
+
+class DockerKubelet(Kubelet):
+    """Runs each pod as a container of the test dockerd: the pod's image, command, env,
+    working dir, capabilities and cpu/memory limits. That daemon runs with ``--bridge=none``,
+    so the container uses the host's network (test only: a real pod has its own) and its agent
+    listens on the pod's unique loopback IP instead of 0.0.0.0."""
+
+    def __init__(self, kube: KMock, namespace: str, docker_client: Any) -> None:
+        self.docker = docker_client
+        super().__init__(kube, namespace)
+
+    def start_pod(self, pod: dict[str, Any], ip: str) -> Any:
+        c = pod["spec"]["containers"][0]
+        caps = (c.get("securityContext") or {}).get("capabilities") or {}
+        limits = (c.get("resources") or {}).get("limits") or {}
+        host = self.docker.api.create_host_config(
+            network_mode="host",
+            cap_drop=caps.get("drop"),
+            cap_add=caps.get("add"),
+            security_opt=["no-new-privileges"],
+            nano_cpus=int(_quantity(limits.get("cpu", "1")) * 1e9),
+            mem_limit=int(_quantity(limits.get("memory", "512Mi"))),
+            init=True,
+        )
+        meta = pod["metadata"]
+        container = self.docker.api.create_container(
+            c["image"],
+            command=_rewrite(c["command"], ip, {}),
+            environment={e["name"]: e["value"] for e in c.get("env") or []},
+            working_dir=c.get("workingDir"),
+            labels={"openforge.kubelet": meta["name"], "openforge.kubelet.ns": self.namespace},
+            name=f"kpod-{meta['name']}-{(meta.get('uid') or 'x')[:8]}",
+            host_config=host,
+        )
+        self.docker.api.start(container["Id"])
+        return container["Id"]
+
+    def stop_pod(self, handle: Any) -> None:
+        with contextlib.suppress(Exception):
+            self.docker.api.remove_container(handle, force=True)
