@@ -18,7 +18,7 @@ from typing import Any
 import ray
 
 from forge.config import RunConfig
-from forge.sandboxes.orphans import reap_orphans
+from forge.sandboxes import reap_sandboxes
 
 log = logging.getLogger(__name__)
 START_BACKOFF_S = (1.0, 30.0)  # wait after a failed start: doubles from the first to the second
@@ -113,12 +113,12 @@ class PodPool:
         the sandboxes it left behind are reaped (those whose creating process is gone)."""
         await self.retire(pod)
         self.counts["pods_replaced"] += 1
-        sandbox = self.config.sandbox
-        if sandbox.backend == "local":
-            try:
-                await asyncio.to_thread(reap_orphans, sandbox.root, run=self.config.name)
-            except Exception as e:
-                log.warning("reaping the sandboxes of %s: %r", pod.name, e)
+        try:
+            await asyncio.to_thread(
+                reap_sandboxes, self.config.sandbox, self.config.name, orphans_only=True
+            )
+        except Exception as e:
+            log.warning("reaping the sandboxes of %s: %r", pod.name, e)
 
     async def retire(self, pod: Pod) -> None:
         if pod in self.pods:

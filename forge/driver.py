@@ -31,8 +31,7 @@ from forge.config import RunConfig
 from forge.harnesses import require
 from forge.harnesses.install import HarnessNotInstalled
 from forge.progress import Progress
-from forge.sandboxes import IsolationUnavailable, check_isolation
-from forge.sandboxes.orphans import reap_orphans
+from forge.sandboxes import IsolationUnavailable, check_isolation, reap_sandboxes
 from tasks.loader import TaskError, load_suite
 
 log = logging.getLogger(__name__)
@@ -69,7 +68,7 @@ class Run:
         r = config.rollout
         needed = config.policy.replicas * config.policy.num_cpus + 2 + r.max_pods * r.pod_num_cpus
         mode = init_ray(num_cpus=max(os.cpu_count() or 1, int(needed) + 1))
-        reaped = reap_orphans(config.sandbox.root, run=config.name)
+        reaped = reap_sandboxes(config.sandbox, config.name)
         print(
             f"[forge] Ray: {mode} cluster; run {config.name} in {self.dir}"
             + (f"; reaped {reaped} orphaned sandbox(es)" if reaped else ""),
@@ -242,7 +241,7 @@ class Run:
     def shutdown(self) -> dict[str, Any]:
         stats = ray.get(self.scheduler.stop.remote())
         ray.get(self.buffer.close.remote())
-        reap_orphans(self.config.sandbox.root, run=self.config.name)  # of pods that died
+        reap_sandboxes(self.config.sandbox, self.config.name)  # of pods that died
         return stats
 
 
