@@ -23,7 +23,6 @@ import hmac
 import json
 import logging
 import os
-import posixpath
 import signal
 import socket
 import socketserver
@@ -39,7 +38,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from forge.sandboxes import archive, bridge
-from forge.sandboxes.base import ArchiveTooLarge, ExecResult
+from forge.sandboxes.base import ArchiveTooLarge, ExecResult, resolve_in
 from forge.sandboxes.process import DEFAULT_OUTPUT_CAP, Sessions, become_subreaper
 
 log = logging.getLogger("forge.agent")
@@ -74,25 +73,7 @@ class Agent:
     def resolve(self, path: str) -> Path:
         """The real path of ``path`` (relative: from the workspace), symlinks followed as the
         sandbox sees them; ValueError when it leaves the workspace and home."""
-        p = path if path.startswith("/") else f"{self.workspace}/{path}"
-        for _ in range(40):
-            p = posixpath.normpath(p)
-            hits = [r for r in self.roots if p == r or p.startswith(r + "/")]
-            if not hits:
-                raise ValueError(f"path {path!r} is outside the sandbox's workspace and home")
-            prefix = max(hits, key=len)
-            parts = [x for x in p[len(prefix) :].split("/") if x]
-            cur = self.roots[prefix]
-            for i, part in enumerate(parts):
-                nxt = cur / part
-                if nxt.is_symlink():
-                    here = posixpath.join(prefix, *parts[:i])
-                    p = posixpath.join(here, os.readlink(nxt), *parts[i + 1 :])
-                    break
-                cur = nxt
-            else:
-                return cur
-        raise ValueError(f"path {path!r}: too many levels of symbolic links")
+        return resolve_in(self.roots, str(self.workspace), path)
 
     def health(self) -> dict[str, Any]:
         return {"ok": True, "pid": os.getpid(), "workspace": str(self.workspace)}

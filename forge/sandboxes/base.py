@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import posixpath
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 
@@ -88,3 +91,30 @@ class Sandbox(Protocol):
         -> the path commands actually see them at, for backends that cannot present the fixed
         layout (an unisolated local process). Empty when every sandbox path is real."""
         ...
+
+
+def resolve_in(roots: dict[str, Path], workspace: str, path: str) -> Path:
+    """The real path of sandbox path ``path`` (relative: from ``workspace``), where ``roots``
+    maps each sandbox root (the workspace, the home) to where it really is, following symlinks
+    the way the sandbox would see them. ValueError when it leaves the roots (``..``, other
+    absolute paths, symlinks pointing out). Standard library only: the in-container agent and
+    the local backend share it."""
+    p = path if path.startswith("/") else f"{workspace}/{path}"
+    for _ in range(40):
+        p = posixpath.normpath(p)
+        hits = [r for r in roots if p == r or p.startswith(r + "/")]
+        if not hits:
+            raise ValueError(f"path {path!r} is outside the sandbox's workspace and home")
+        prefix = max(hits, key=len)
+        parts = [x for x in p[len(prefix) :].split("/") if x]
+        cur = roots[prefix]
+        for i, part in enumerate(parts):
+            nxt = cur / part
+            if nxt.is_symlink():
+                here = posixpath.join(prefix, *parts[:i])
+                p = posixpath.join(here, os.readlink(nxt), *parts[i + 1 :])
+                break
+            cur = nxt
+        else:
+            return cur
+    raise ValueError(f"path {path!r}: too many levels of symbolic links")

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import posixpath
 import signal
 import socket
 import stat
@@ -39,7 +38,7 @@ from pathlib import Path
 from typing import Literal
 
 from forge.sandboxes import archive, bridge
-from forge.sandboxes.base import ExecResult, SandboxSpec
+from forge.sandboxes.base import ExecResult, SandboxSpec, resolve_in
 from forge.sandboxes.bwrap import (
     HOME,
     WORKSPACE,
@@ -324,26 +323,7 @@ class LocalSandbox:
         """The host path of sandbox path ``path`` (relative: from the workspace), following
         symlinks the way the sandbox would see them. ValueError when it leaves the workspace
         and home (``..``, other absolute paths, symlinks pointing out)."""
-        roots = self._roots()
-        p = path if path.startswith("/") else f"{WORKSPACE}/{path}"
-        for _ in range(40):
-            p = posixpath.normpath(p)
-            hits = [r for r in roots if p == r or p.startswith(r + "/")]
-            if not hits:
-                raise ValueError(f"path {path!r} is outside the sandbox's workspace and home")
-            prefix = max(hits, key=len)
-            parts = [x for x in p[len(prefix) :].split("/") if x]
-            cur = roots[prefix]
-            for i, part in enumerate(parts):
-                nxt = cur / part
-                if nxt.is_symlink():
-                    here = posixpath.join(prefix, *parts[:i])
-                    p = posixpath.join(here, os.readlink(nxt), *parts[i + 1 :])
-                    break
-                cur = nxt
-            else:
-                return cur
-        raise ValueError(f"path {path!r}: too many levels of symbolic links")
+        return resolve_in(self._roots(), WORKSPACE, path)
 
     def put_file(self, path: str, content: bytes | str, mode: int = 0o644) -> None:
         host = self.resolve(path)
