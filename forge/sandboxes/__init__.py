@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from forge.config import SandboxConfig
+from forge.config import ProxyConfig, SandboxConfig
 from forge.sandboxes.base import ExecResult, Sandbox, SandboxSpec
 from forge.sandboxes.bwrap import IsolationUnavailable, require_bwrap
 from forge.sandboxes.docker import DockerSandbox, DockerUnavailable
@@ -35,15 +35,26 @@ def sandbox_for(config: SandboxConfig, harness: str | None) -> Sandbox:
         return LocalSandbox(root=config.root, isolation=config.isolation)
     if config.backend == "docker":
         return DockerSandbox(config, harness)
+    if config.backend == "kubernetes":
+        from forge.sandboxes.kubernetes import KubernetesSandbox
+
+        return KubernetesSandbox(config, harness)
     return make_sandbox(config.backend)
 
 
-def check_isolation(config: SandboxConfig) -> None:
+def check_isolation(config: SandboxConfig, proxy: ProxyConfig | None = None) -> None:
     """Stop a run at its start when its sandboxes cannot be isolated as ``config`` asks:
     raises :class:`IsolationUnavailable` saying why and how to fix it (install bubblewrap, or
     set ``sandbox.isolation=none``). With ``isolation: none`` it logs a warning that harnesses
     will share the host's network and files. The docker backend needs its daemon to answer and
-    the base image to be there (:class:`DockerUnavailable` says which command builds it)."""
+    the base image to be there (:class:`DockerUnavailable` says which command builds it). The
+    kubernetes backend needs its API to answer and, given ``proxy``, a proxy the pods can
+    reach (not loopback only, unless the API server is local too, as kmock in tests)."""
+    if config.backend == "kubernetes":
+        from forge.sandboxes.kubernetes import check_run
+
+        check_run(config, proxy.host if proxy is not None else None)
+        return
     if config.backend == "docker":
         from forge.sandboxes.docker import client_for, image_and_binds
 
@@ -60,12 +71,16 @@ def reap_sandboxes(config: SandboxConfig, run: str, orphans_only: bool = False) 
     """Delete the leaked sandboxes of ``run`` (at run start and end: all of them are orphans;
     with ``orphans_only``, those whose creating process on this host is dead, for a HarnessPod
     that died) and any past their deadline; returns how many. Local sandbox folders are
-    always reaped; docker containers when the backend is docker."""
+    always reaped; docker containers or kubernetes pods when the backend is one of those."""
     reaped = reap_orphans(config.root, run=run)
     if config.backend == "docker":
         from forge.sandboxes.docker import client_for, reap_containers
 
         reaped += reap_containers(client_for(config.docker_host), run, orphans_only=orphans_only)
+    elif config.backend == "kubernetes":
+        from forge.sandboxes.kubernetes import reap
+
+        reaped += reap(config, run, orphans_only=orphans_only)
     return reaped
 
 

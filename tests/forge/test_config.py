@@ -176,3 +176,36 @@ def test_a_harness_option_error_names_the_option() -> None:
     with pytest.raises(ConfigError) as err:
         load_config(None, ["harness=command", "harness_options={}"])
     assert "  harness_options: CommandHarness: missing" in str(err.value)
+
+
+def test_kubernetes_sandbox_settings_and_their_errors() -> None:
+    from forge.sandboxes import kube_manifests as km
+
+    config = load_config(
+        None,
+        [
+            "sandbox.backend=kubernetes",
+            "sandbox.kubernetes.namespace=sandboxes",
+            "sandbox.kubernetes.proxy_ports=[8000, 8100]",
+            "proxy.host=0.0.0.0",
+        ],
+    )
+    kube = config.sandbox.kubernetes
+    assert (kube.namespace, kube.proxy_ports, config.proxy.host) == (
+        "sandboxes",
+        (8000, 8100),
+        "0.0.0.0",
+    )
+    assert RunConfig().proxy.host == "127.0.0.1"  # nothing listens beyond loopback by default
+    # The defaults the manifests use, stated once each side of the import boundary.
+    assert kube.harness_selector == km.HARNESS_SELECTOR
+    assert kube.service_account == km.SANDBOX_ACCOUNT
+    for override, field in [
+        ("sandbox.kubernetes.namespace=Not_A_Name", "sandbox.kubernetes.namespace"),
+        ("sandbox.kubernetes.qps=0", "sandbox.kubernetes.qps"),
+        ("sandbox.kubernetes.proxy_ports=[9000, 8000]", "sandbox.kubernetes.proxy_ports"),
+        ("sandbox.kubernetes.proxy_cidrs=[10.0.0.0/33]", "sandbox.kubernetes.proxy_cidrs"),
+        ("sandbox.kubernetes.namespce=x", "sandbox.kubernetes.namespce"),
+    ]:
+        with pytest.raises(ConfigError, match=re.escape(field) + ":"):
+            load_config(None, [override])

@@ -18,14 +18,10 @@ from kubernetes.client.exceptions import ApiException
 from forge.sandboxes import kube_manifests as km
 from forge.sandboxes import kubernetes as kube_backend
 from forge.sandboxes.base import SandboxSpec
+from forge.sandboxes.kube_api import KubeError, KubeInvalid, RetryPolicy, TokenBucket, call
 from forge.sandboxes.kube_reconcile import (
     Heartbeat,
-    KubeError,
-    KubeInvalid,
     Reconciler,
-    RetryPolicy,
-    TokenBucket,
-    call,
     micro_time,
     reap_pods,
     setup_namespace,

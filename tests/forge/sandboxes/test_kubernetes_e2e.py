@@ -15,7 +15,8 @@ import pytest
 
 from forge.sandboxes import kubernetes as kube_backend
 from forge.sandboxes.base import SandboxSpec
-from forge.sandboxes.kube_reconcile import RetryPolicy, reap_pods
+from forge.sandboxes.kube_api import RetryPolicy
+from forge.sandboxes.kube_reconcile import reap_pods
 from forge.sandboxes.kubernetes import KubernetesSandbox, KubeSettings
 from tests.forge.httpstub import StubServer
 

@@ -14,7 +14,7 @@ import yaml
 
 from forge.sandboxes import kube_manifests as km
 from forge.sandboxes.agent_client import agent_command
-from forge.sandboxes.kube_reconcile import RetryPolicy, TokenBucket
+from forge.sandboxes.kube_api import RetryPolicy, TokenBucket
 
 pytestmark = pytest.mark.k8s
 VERSIONS = ("1.31.0", kubernetes_validate.latest_version() + ".0")

@@ -1,0 +1,381 @@
+"""The API side of the kubernetes backend: calls with bounded retries, a process-wide rate limit
+on pod creation, the API client, and creating, watching and deleting one pod.
+
+Every call goes through :func:`call`: 429 (waiting at least its Retry-After), 5xx and
+connection errors are retried with exponential backoff and jitter, a bounded number of times;
+422 raises :class:`KubeInvalid` naming the fields the server rejected, never retried; 401/403
+raise :class:`KubeForbidden` pointing at the RBAC to apply. Pod creation also takes a token
+from a :class:`TokenBucket` shared by the process (``qps``/``burst``, each wait jittered), so a
+thousand attempts starting at once reach the API server spread out. The limit is per process:
+N HarnessPods may together send N times ``qps``; the jitter keeps them from doing it in step.
+
+:func:`create_pod` handles a 409 (adopt our own earlier POST, replace a stale try of the same
+attempt, refuse anyone else's pod); :func:`wait_running` watches a pod until it runs, riding
+out dropped watches. Tested against kmock (an emulated API server; no real one can be
+installed here).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import email.utils
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import urllib3
+from kubernetes import client, watch
+from kubernetes import config as kconfig
+from kubernetes.client.exceptions import ApiException
+
+from forge.config import KubernetesConfig
+from forge.sandboxes import agent_client as ac
+from forge.sandboxes import kube_manifests as km
+from forge.sandboxes.bwrap import IsolationUnavailable
+
+log = logging.getLogger(__name__)
+RETRYABLE = {0, 408, 429, 500, 502, 503, 504}  # 0: the client's own transport failures
+NONCE = f"{km.LABEL}.nonce"  # annotation: which create() made the pod (not a secret)
+
+
+class KubeError(RuntimeError):
+    """The Kubernetes API could not be used (after retries): an infrastructure failure."""
+
+
+class KubeForbidden(KubeError):
+    """401/403: the run's identity lacks a permission."""
+
+
+class KubeInvalid(ValueError):
+    """422: the API server rejected a manifest; the message names the fields. Not retried."""
+
+
+@dataclass
+class RetryPolicy:
+    """``attempts`` tries in all; waits ``base_s * 2**n`` (half of it random, at most
+    ``cap_s``) or the server's Retry-After (at most ``max_retry_after_s``) plus a little
+    jitter. ``sleep`` and ``rng`` are injectable for tests."""
+
+    attempts: int = 6
+    base_s: float = 0.25
+    cap_s: float = 8.0
+    max_retry_after_s: float = 60.0
+    timeout_s: float = 30.0
+    sleep: Callable[[float], None] = time.sleep
+    rng: Callable[[], float] = random.random
+
+    def backoff(self, n: int) -> float:
+        top = min(self.cap_s, self.base_s * 2**n)
+        return top / 2 + self.rng() * top / 2
+
+    def retry_after(self, headers: Any) -> float | None:
+        value = headers.get("Retry-After") if headers is not None else None
+        if not value:
+            return None
+        try:
+            seconds = float(value)
+        except ValueError:
+            try:
+                seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
+            except (TypeError, ValueError):
+                return None
+        seconds = min(max(0.0, seconds), self.max_retry_after_s)
+        return seconds + self.rng() * min(1.0, 0.1 * seconds + 0.05)
+
+
+class TokenBucket:
+    """``qps`` tokens a second, at most ``burst`` saved up; :meth:`acquire` reserves one and
+    sleeps until it is due (plus a random ``jitter`` fraction of one interval, so callers
+    released together do not hit the server in step). Thread-safe; reservations are handed
+    out in call order, so N concurrent callers wait 0 (the burst), 1/qps, 2/qps, ..."""
+
+    def __init__(
+        self,
+        qps: float,
+        burst: int,
+        *,
+        jitter: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        if qps <= 0 or burst < 1:
+            raise ValueError("a token bucket needs qps > 0 and burst >= 1")
+        self.qps, self.burst, self.jitter = qps, burst, jitter
+        self.clock, self.sleep, self.rng = clock, sleep, rng
+        self._tokens, self._t = float(burst), clock()
+        self._lock = threading.Lock()
+
+    def acquire(self) -> float:
+        """Wait for a token; returns how long it waited."""
+        with self._lock:
+            now = self.clock()
+            self._tokens = min(float(self.burst), self._tokens + (now - self._t) * self.qps)
+            self._t, self._tokens = now, self._tokens - 1.0
+            wait = 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+        if wait > 0:
+            wait += self.rng() * self.jitter / self.qps
+            self.sleep(wait)
+        return wait
+
+
+_buckets: dict[tuple[float, int], TokenBucket] = {}
+_buckets_lock = threading.Lock()
+
+
+def bucket_for(qps: float, burst: int) -> TokenBucket:
+    """The process-wide bucket for these settings."""
+    with _buckets_lock:
+        return _buckets.setdefault((qps, burst), TokenBucket(qps, burst))
+
+
+def _status_message(body: str | None) -> str:
+    """A Status body's message, or its causes (``field: message``) when it has any."""
+    try:
+        status = json.loads(body or "")
+    except ValueError:
+        return (body or "")[:300]
+    if not isinstance(status, dict):
+        return str(status)[:300]
+    causes = (status.get("details") or {}).get("causes") or []
+    fields = [f"{c.get('field', '?')}: {c.get('message', '')}" for c in causes]
+    return "; ".join(fields) or str(status.get("message", ""))
+
+
+def _clean(text: str, redact: tuple[str, ...]) -> str:
+    for secret in redact:
+        text = text.replace(secret, "<redacted>") if secret else text
+    return text
+
+
+def call(
+    fn: Callable[..., Any],
+    *args: Any,
+    what: str | None = None,
+    policy: RetryPolicy | None = None,
+    bucket: TokenBucket | None = None,
+    redact: tuple[str, ...] = (),
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """``fn(*args, **kwargs)`` (a generated client method) with retries; the decoded JSON
+    body. Other API errors (404, 409, ...) are raised as the client's ApiException; ``redact``
+    strings (a token) never appear in a raised or logged message."""
+    policy = policy or RetryPolicy()
+    what = what or f"{fn.__name__}({', '.join(a for a in args if isinstance(a, str))})"
+    last = ""
+    for n in range(policy.attempts):
+        if bucket is not None:
+            bucket.acquire()
+        delay: float | None = None
+        try:
+            resp = fn(*args, _preload_content=False, _request_timeout=policy.timeout_s, **kwargs)
+            try:
+                data = resp.data
+            finally:
+                with contextlib.suppress(Exception):
+                    resp.release_conn()
+            return json.loads(data) if data else {}
+        except ApiException as e:
+            msg = _status_message(e.body)
+            if e.status in (401, 403):
+                why = f"{what}: HTTP {e.status}: {msg}; the run's identity needs the Role of "
+                why += "forge.sandboxes.kube_manifests.cluster_manifests()"
+                raise KubeForbidden(_clean(why, redact)) from None
+            if e.status == 422:
+                why = f"{what}: the API server rejected the manifest (422): {msg}"
+                raise KubeInvalid(_clean(why, redact)) from None
+            if e.status not in RETRYABLE:
+                raise
+            delay = policy.retry_after(e.headers) if e.status == 429 else None
+            last = f"HTTP {e.status} {e.reason or ''}".strip()
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            last = f"{type(e).__name__}: {e}"
+        if n + 1 < policy.attempts:
+            delay = policy.backoff(n) if delay is None else delay
+            log.warning("%s: %s; retry %d of %d in %.2fs", what, _clean(last, redact), n + 1,
+                        policy.attempts - 1, delay)  # fmt: skip
+            policy.sleep(delay)
+    raise KubeError(_clean(f"{what}: gave up after {policy.attempts} attempts: {last}", redact))
+
+
+def call_unless(statuses: tuple[int, ...], fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+    """:func:`call`, but None (not an error) when the API answers one of ``statuses``."""
+    try:
+        return call(fn, *args, **kw)
+    except ApiException as e:
+        if e.status in statuses:
+            return None
+        raise
+
+
+def delete_pod(api: Any, namespace: str, name: str, policy: RetryPolicy | None = None) -> bool:
+    """Delete pod ``name`` at once (grace 0); False when it was already gone (404)."""
+    core = client.CoreV1Api(api)
+    gone = call_unless(
+        (404,), core.delete_namespaced_pod, name, namespace, grace_period_seconds=0, policy=policy
+    )
+    return gone is not None
+
+
+class KubeUnavailable(IsolationUnavailable):
+    """The Kubernetes API cannot be reached or used as configured (checked at run start)."""
+
+
+class PodStartError(ac.AgentUnavailable):
+    """The pod did not start (failed, or pending past its timeout; then it was deleted)."""
+
+
+_clients: dict[tuple[Any, ...], Any] = {}
+_clients_lock = threading.Lock()
+
+
+def api_client(settings: KubernetesConfig) -> Any:
+    """A kubernetes ApiClient for ``settings`` (one per process and address): ``api_url``
+    as is (no auth: kubectl proxy, kmock), else the kubeconfig (file, context), else the
+    in-cluster service account, else the default kubeconfig. Retries are ours, not urllib3's."""
+    key = (settings.api_url, settings.kubeconfig, settings.context)
+    with _clients_lock:
+        if key in _clients:
+            return _clients[key]
+    cfg = client.Configuration()
+    try:
+        if settings.api_url:
+            cfg.host = settings.api_url
+        elif settings.kubeconfig or settings.context:
+            kconfig.load_kube_config(settings.kubeconfig, settings.context, None, cfg)
+        else:
+            try:
+                kconfig.load_incluster_config(client_configuration=cfg)
+            except kconfig.ConfigException:
+                kconfig.load_kube_config(client_configuration=cfg)
+    except Exception as e:
+        raise KubeUnavailable(
+            f"no Kubernetes configuration ({type(e).__name__}: {e}): run inside the cluster, or "
+            "set sandbox.kubernetes.kubeconfig / .context, or sandbox.kubernetes.api_url"
+        ) from e
+    cfg.retries, cfg.connection_pool_maxsize = False, 32
+    with _clients_lock:
+        return _clients.setdefault(key, client.ApiClient(cfg))
+
+
+def check(settings: KubernetesConfig, api: Any = None) -> None:
+    """KubeUnavailable unless the run's identity can list pods in the namespace."""
+    core = client.CoreV1Api(api or api_client(settings))
+    try:
+        call(core.list_namespaced_pod, settings.namespace, limit=1, policy=RetryPolicy(3))
+    except Exception as e:
+        raise KubeUnavailable(f"Kubernetes API unusable in {settings.namespace}: {e}") from e
+
+
+def create_pod(
+    api: Any,
+    namespace: str,
+    manifest: dict[str, Any],
+    *,
+    policy: RetryPolicy | None,
+    bucket: TokenBucket | None,
+    redact: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """Create the pod; on 409 adopt it when it is this create's own (a POST whose answer was
+    lost; same nonce), delete and recreate it when it is an earlier try of the same sandbox
+    (our labels, another nonce), and refuse anyone else's. Returns the pod."""
+    core, meta = client.CoreV1Api(api), manifest["metadata"]
+    name, nonce = meta["name"], meta.get("annotations", {}).get(NONCE)
+    run = meta["labels"].get(f"{km.LABEL}.run")
+    what = f"create pod {namespace}/{name}"
+    for _ in range(3):
+        try:
+            return call(core.create_namespaced_pod, namespace, manifest, what=what, policy=policy,
+                        bucket=bucket, redact=redact)  # fmt: skip
+        except ApiException as e:
+            if e.status != 409:
+                raise KubeError(f"{what}: HTTP {e.status} {e.reason}") from None
+        pod = call_unless((404,), core.read_namespaced_pod, name, namespace, policy=policy)
+        if pod is None:
+            continue  # gone in between: create again
+        got = pod.get("metadata") or {}
+        labels = got.get("labels") or {}
+        if (
+            labels.get(f"{km.LABEL}.role") != km.ROLE_SANDBOX
+            or labels.get(f"{km.LABEL}.run") != run
+        ):
+            raise KubeError(f"{what}: a pod of that name is not a sandbox of this run; left alone")
+        if nonce is not None and (got.get("annotations") or {}).get(NONCE) == nonce:
+            log.info("%s: the pod exists from this create's earlier try; adopting it", what)
+            return pod
+        log.warning("%s: a stale sandbox of the same attempt exists; replacing it", what)
+        delete_pod(api, namespace, name, policy)
+        end, pause = time.monotonic() + 30.0, 0.05
+        while call_unless((404,), core.read_namespaced_pod, name, namespace, policy=policy):
+            if time.monotonic() > end:
+                raise KubeError(f"{what}: the stale pod is still there 30s after its deletion")
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
+    raise KubeError(f"{what}: still conflicting after 3 tries")
+
+
+def delete_if_ours(api: Any, namespace: str, manifest: dict[str, Any], policy: Any) -> None:
+    """After a failed create: delete the pod if a POST of ours landed after all."""
+    meta = manifest["metadata"]
+    quick = RetryPolicy(attempts=2, timeout_s=10)
+    try:
+        core = client.CoreV1Api(api)
+        pod = call_unless((404,), core.read_namespaced_pod, meta["name"], namespace, policy=quick)
+        theirs = ((pod or {}).get("metadata") or {}).get("annotations") or {}
+        if pod is not None and theirs.get(NONCE) == meta["annotations"][NONCE]:
+            delete_pod(api, namespace, meta["name"], policy)
+    except Exception as e:  # the reconciler's job then (deadline label, heartbeat)
+        log.debug("after a failed create of pod %s: %s", meta["name"], type(e).__name__)
+
+
+def wait_running(
+    api: Any, namespace: str, name: str, timeout_s: float, policy: RetryPolicy | None = None
+) -> str:
+    """Watch the pod until it runs and has an IP (returned). A dropped or failed watch is
+    followed by a GET and a new watch. PodStartError when it fails, is deleted, or is still
+    pending after ``timeout_s`` (the caller deletes it)."""
+    core, where = client.CoreV1Api(api), f"pod {namespace}/{name}"
+    end, drops = time.monotonic() + timeout_s, 0
+    while True:
+        pod = call_unless((404,), core.read_namespaced_pod, name, namespace, policy=policy)
+        if pod is None:
+            raise PodStartError(f"{where} vanished while starting")
+        state, detail = km.pod_state(pod)
+        left = end - time.monotonic()
+        if state == "pending" and left > 0:  # watch it (then GET again: a new resourceVersion)
+            w, rv = watch.Watch(), (pod.get("metadata") or {}).get("resourceVersion")
+            kw = {"field_selector": f"metadata.name={name}", "resource_version": rv}
+            try:
+                events = w.stream(
+                    core.list_namespaced_pod,
+                    namespace,
+                    timeout_seconds=max(1, int(min(left, 60))),
+                    _request_timeout=(5, max(0.2, min(left, 60.0))),
+                    **{k: v for k, v in kw.items() if v},
+                )
+                for ev in events:
+                    obj = ev.get("raw_object") or {}
+                    if (obj.get("metadata") or {}).get("name") != name:
+                        continue  # a server that ignores field selectors (kmock)
+                    if ev.get("type") == "DELETED":
+                        raise PodStartError(f"{where} was deleted while starting")
+                    state, detail = km.pod_state(obj)
+                    if state != "pending" or time.monotonic() >= end:
+                        break
+            except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError) as e:
+                drops += 1
+                log.debug("watch of %s dropped (%s); getting it again", where, type(e).__name__)
+                time.sleep(min(1.0, 0.05 * 2 ** min(drops, 5), max(0.0, end - time.monotonic())))
+            finally:
+                w.stop()
+        if state == "running":
+            return detail
+        if state == "failed":
+            raise PodStartError(f"{where} failed to start: {detail}")
+        if time.monotonic() >= end:
+            raise PodStartError(f"{where} still pending after {timeout_s:.0f}s ({detail}); deleted")
