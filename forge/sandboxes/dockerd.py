@@ -199,6 +199,19 @@ def stop_daemon(daemon: Daemon, timeout_s: float = 30.0) -> None:
         _signal_and_wait(containerd, 10.0)
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)  # our own child: no zombie left behind
+    if not _alive(pid):
+        _unmount_under(daemon.root)
+
+
+def _unmount_under(root: Path) -> None:
+    """Lazily unmount what a stopped daemon leaves mounted in its folder (its network
+    namespace file under ``exec/netns``, its data root's private bind), so the folder can go."""
+    prefix = str(root.resolve()) + "/"
+    with contextlib.suppress(OSError):
+        lines = Path("/proc/self/mounts").read_text().splitlines()
+        points = [line.split()[1] for line in lines if len(line.split()) > 1]
+        for point in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
+            subprocess.run(["umount", "-l", point], capture_output=True, check=False)
 
 
 def _is_containerd_of(pid: int, root: Path) -> bool:

@@ -56,6 +56,8 @@ def test_start_reuse_refuse_and_stop(root: Path) -> None:
     finally:
         dockerd.stop_daemon(d)
     assert dockerd.running(root) is None and not dockerd.answers(d.socket)
+    mounts = Path("/proc/self/mounts").read_text().split()
+    assert not [m for m in mounts if m.startswith(f"{root.resolve()}/")]  # netns file unmounted
     dockerd.stop_daemon(d)  # idempotent
 
 
