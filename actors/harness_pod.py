@@ -7,8 +7,10 @@ The proxy serves OpenAI chat completions, the Responses API and Anthropic messag
 base URL per attempt, ``/episodes/{episode_id}/attempts/{attempt}/v1``, with a per-attempt
 bearer key (DESIGN.md decision 1). Another attempt's key gets 401, an unknown attempt 404, an
 ended attempt 410. Every call is forwarded to the Policy through its Serve handle and recorded as
-a :class:`~forge.types.Turn`, token for token. It listens on 127.0.0.1 and on a Unix socket that
-isolated sandboxes reach through their bridge (decision 8).
+a :class:`~forge.types.Turn`, token for token. It listens on a Unix socket that isolated
+sandboxes reach through their bridge (decision 8) and on TCP at ``proxy.host`` (127.0.0.1
+unless configured; the kubernetes backend's pods need 0.0.0.0 or the pod IP, and then the
+address handed to sandboxes is ``$POD_IP``, else this node's IP).
 """
 
 from __future__ import annotations
@@ -94,6 +96,19 @@ def override_sampling(chat: ChatRequest, raw_body: dict[str, Any], temperature: 
     return replaced
 
 
+def advertised_host(listen: str) -> str:
+    """The address others reach a proxy bound to ``listen`` at: itself, or for a wildcard
+    (0.0.0.0, ::) ``$POD_IP`` (the Kubernetes downward API), else this node's IP."""
+    ip = listen
+    if listen in ("0.0.0.0", "::", ""):
+        ip = os.environ.get("POD_IP", "")
+        if not ip:
+            import ray
+
+            ip = ray.util.get_node_ip_address()
+    return f"[{ip}]" if ":" in ip and not ip.startswith("[") else ip
+
+
 class HarnessPod:
     def __init__(
         self,
@@ -103,7 +118,7 @@ class HarnessPod:
         model: str = "tiny",
         proxy: ProxyConfig | dict[str, Any] | None = None,
         sandbox: SandboxConfig | dict[str, Any] | None = None,
-        host: str = "127.0.0.1",
+        host: str | None = None,
     ) -> None:
         self.policy = policy
         self.pod_id = pod_id
@@ -111,7 +126,8 @@ class HarnessPod:
         self.model = model
         self.proxy_config = ProxyConfig.model_validate(proxy or {})
         self.sandbox_config = SandboxConfig.model_validate(sandbox or {})
-        self.host = host
+        self.listen_host = host or self.proxy_config.host  # where the proxy binds
+        self.host = advertised_host(self.listen_host)  # where sandboxes and URLs reach it
         self.port: int | None = None
         self.socket_path: str | None = None
         self._attempts: dict[tuple[str, int], AttemptState] = {}
@@ -131,7 +147,7 @@ class HarnessPod:
         # Two servers on one loop: uvicorn binds each itself (sockets handed to it lose
         # TCP_NODELAY, which costs ~40 ms per call to delayed ACKs).
         listen: list[dict[str, Any]] = [
-            {"host": self.host, "port": port},
+            {"host": self.listen_host, "port": port},
             {"uds": self.socket_path},
         ]
         self._servers = []

@@ -57,7 +57,7 @@ class Run:
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(), sort_keys=False))
         require(config.harness, config.harness_options)  # a missing harness stops the run now
-        check_isolation(config.sandbox)  # so does a sandbox that cannot be isolated
+        check_isolation(config.sandbox, config.proxy)  # so does an unusable sandbox backend
         self.tasks = [t.model_dump() for t in load_suite(config.tasks)]
         if config.task_ids:
             self.tasks = [t for t in self.tasks if t["id"] in set(config.task_ids)]
@@ -69,6 +69,11 @@ class Run:
         needed = config.policy.replicas * config.policy.num_cpus + 2 + r.max_pods * r.pod_num_cpus
         mode = init_ray(num_cpus=max(os.cpu_count() or 1, int(needed) + 1))
         reaped = reap_sandboxes(config.sandbox, config.name)
+        self.reconciler: Any = None  # kubernetes: reaps orphaned pods while the run lasts
+        if config.sandbox.backend == "kubernetes":
+            from forge.sandboxes.kubernetes import reconciler
+
+            self.reconciler = reconciler(config.sandbox, config.name).start()
         print(
             f"[forge] Ray: {mode} cluster; run {config.name} in {self.dir}"
             + (f"; reaped {reaped} orphaned sandbox(es)" if reaped else ""),
@@ -239,8 +244,12 @@ class Run:
         )
 
     def shutdown(self) -> dict[str, Any]:
-        stats = ray.get(self.scheduler.stop.remote())
-        ray.get(self.buffer.close.remote())
+        try:
+            stats = ray.get(self.scheduler.stop.remote())
+            ray.get(self.buffer.close.remote())
+        finally:
+            if self.reconciler is not None:
+                self.reconciler.stop()
         reap_sandboxes(self.config.sandbox, self.config.name)  # of pods that died
         return stats
 

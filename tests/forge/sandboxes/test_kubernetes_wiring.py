@@ -1,0 +1,91 @@
+"""The kubernetes backend wired into the run: ``sandbox.kubernetes`` reaches the backend,
+``sandbox_for``, ``check_isolation`` and ``reap_sandboxes`` dispatch to it, the reconciler the
+driver runs, and where the HarnessPod's proxy listens (against kmock: no real API server can be
+installed here)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from forge.config import ProxyConfig, SandboxConfig
+from forge.sandboxes import check_isolation, reap_sandboxes, sandbox_for
+from forge.sandboxes import kube_manifests as km
+from forge.sandboxes import kubernetes as kube_backend
+from forge.sandboxes.kube_api import KubeUnavailable
+from forge.sandboxes.kubernetes import KubernetesSandbox, is_loopback, reconciler
+
+from .kube_controller import KMock
+
+pytestmark = pytest.mark.k8s
+
+
+@pytest.fixture(scope="module")
+def kube() -> Iterator[KMock]:
+    k = KMock()
+    yield k
+    kube_backend.shutdown()
+    k.close()
+
+
+def config(url: str, **kube: object) -> SandboxConfig:
+    return SandboxConfig.model_validate(
+        {"backend": "kubernetes", "kubernetes": {"api_url": url, "namespace": "wired", **kube}}
+    )
+
+
+def pod(name: str, run: str, heartbeat: str = "gone") -> dict:
+    labels = {f"{km.LABEL}.role": km.ROLE_SANDBOX, f"{km.LABEL}.run": run,
+              f"{km.LABEL}.heartbeat": heartbeat, f"{km.LABEL}.deadline": "9999999999"}  # fmt: skip
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
+            "spec": {"containers": [{"name": "c", "image": "x"}]}}  # fmt: skip
+
+
+def test_sandbox_for_builds_a_kubernetes_sandbox_from_the_config(kube: KMock) -> None:
+    box = sandbox_for(config(kube.url, agent_port=9999, registry="reg.example"), "react")
+    assert isinstance(box, KubernetesSandbox)
+    assert box.harness == "react"
+    assert (box.settings.namespace, box.settings.agent_port) == ("wired", 9999)
+    assert box.settings is box.config.kubernetes
+
+
+def test_check_isolation_refuses_a_loopback_proxy_for_a_remote_api(kube: KMock) -> None:
+    check_isolation(config(kube.url), ProxyConfig())  # kmock is local: loopback is fine
+    check_isolation(config(kube.url), ProxyConfig(host="0.0.0.0"))
+    remote = config("http://10.255.255.1:6443")
+    with pytest.raises(KubeUnavailable, match=r"proxy\.host=0\.0\.0\.0"):
+        check_isolation(remote, ProxyConfig())
+    with pytest.raises(KubeUnavailable, match="API unusable"):  # nothing answers there
+        check_isolation(config("http://127.0.0.1:9"), ProxyConfig())
+    assert is_loopback("[::1]") and is_loopback("localhost") and not is_loopback("10.0.0.1")
+
+
+def test_reap_sandboxes_and_the_reconciler_delete_the_runs_pods(kube: KMock) -> None:
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube.client())
+    for name, run in [("a-1", "run-a"), ("a-2", "run-a"), ("b-1", "run-b")]:
+        core.create_namespaced_pod("wired", pod(name, run))
+    cfg = config(kube.url)
+    assert reap_sandboxes(cfg, "run-a", orphans_only=False) == 2
+    assert set(kube.objects("v1/pods", "wired")) == {"b-1"}
+    loop = reconciler(cfg, "run-b", interval_s=0.05)
+    assert loop.sweep() == 1  # its heartbeat Lease is gone: an orphan
+    loop.start()
+    loop.stop()
+    assert kube.objects("v1/pods", "wired") == {}
+
+
+def test_harness_pod_listens_on_proxy_host_and_advertises_a_reachable_address(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from actors.harness_pod import HarnessPod, advertised_host
+
+    assert HarnessPod(None).host == "127.0.0.1"  # loopback unless configured
+    monkeypatch.setenv("POD_IP", "10.1.2.3")
+    pod = HarnessPod(None, proxy={"host": "0.0.0.0"})
+    assert (pod.listen_host, pod.host) == ("0.0.0.0", "10.1.2.3")
+    assert advertised_host("fd00::5") == "[fd00::5]"
+    monkeypatch.setenv("POD_IP", "fd00::7")
+    assert advertised_host("::") == "[fd00::7]"
