@@ -223,6 +223,8 @@ class KubernetesSandbox:
         if self._state.api is not None:
             raise RuntimeError("sandbox already created")
         s = self.settings
+        if self._api is None and spec.proxy_tcp:  # before any API call: a clear error
+            unreachable_proxy(spec.proxy_tcp.rsplit(":", 1)[0], s)
         api = self._api if self._api is not None else api_client(s)
         self.image, self.spec = self.image_for(spec), spec
         self._state.api, self._state.namespace, self._state.policy = api, s.namespace, self.policy
@@ -335,14 +337,20 @@ def check_run(config: SandboxConfig, proxy_host: str | None = None) -> None:
     loopback only while the API server is not local: set ``proxy.host``) or the API cannot
     list pods in the namespace. ``proxy_host`` None skips the first check."""
     s = config.kubernetes
+    if proxy_host is not None:
+        unreachable_proxy(proxy_host, s)
+    check(s)
+
+
+def unreachable_proxy(proxy_host: str, s: KubernetesConfig) -> None:
+    """KubeUnavailable when the proxy is on loopback only but the API server is not local."""
     api_host = urllib.parse.urlsplit(s.api_url).hostname if s.api_url else None
-    if proxy_host is not None and is_loopback(proxy_host) and not is_loopback(api_host or ""):
+    if is_loopback(proxy_host) and not is_loopback(api_host or ""):
         raise KubeUnavailable(
             f"the HarnessPods' proxy listens on {proxy_host} (loopback) only, which sandbox "
             "pods cannot reach: set proxy.host=0.0.0.0 (or the pod IP) for the kubernetes "
             "backend (the per-attempt key guards every call)"
         )
-    check(s)
 
 
 def reconciler(config: SandboxConfig, run: str, interval_s: float = 30.0) -> kr.Reconciler:

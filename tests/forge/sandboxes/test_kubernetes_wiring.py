@@ -13,6 +13,7 @@ from forge.config import ProxyConfig, SandboxConfig
 from forge.sandboxes import check_isolation, reap_sandboxes, sandbox_for
 from forge.sandboxes import kube_manifests as km
 from forge.sandboxes import kubernetes as kube_backend
+from forge.sandboxes.base import SandboxSpec
 from forge.sandboxes.kube_api import KubeUnavailable
 from forge.sandboxes.kubernetes import KubernetesSandbox, is_loopback, reconciler
 
@@ -58,6 +59,9 @@ def test_check_isolation_refuses_a_loopback_proxy_for_a_remote_api(kube: KMock) 
         check_isolation(remote, ProxyConfig())
     with pytest.raises(KubeUnavailable, match="API unusable"):  # nothing answers there
         check_isolation(config("http://127.0.0.1:9"), ProxyConfig())
+    box = sandbox_for(remote, None)  # forge eval does not pass the proxy: create() checks too
+    with pytest.raises(KubeUnavailable, match="loopback"):
+        box.create(SandboxSpec(labels={"run": "r"}, proxy_tcp="127.0.0.1:8000"))
     assert is_loopback("[::1]") and is_loopback("localhost") and not is_loopback("10.0.0.1")
 
 
