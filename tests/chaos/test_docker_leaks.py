@@ -127,6 +127,9 @@ def test_docker_pod_killed_mid_episode_leaves_no_container(
         f"{time.monotonic() - t0:.0f}s; containers of the run left: {len(left)}"
     )
     assert left == [], _describe(left)
+    assert gone, "the killed pod's container was not reaped"
+    folder = labels.get("openforge.dir", "")
+    assert folder and not os.path.exists(folder), f"the killed pod's host folder left: {folder}"
 
 
 def test_docker_driver_sigkilled_then_resume_reaps_containers(
@@ -176,4 +179,6 @@ def test_docker_driver_sigkilled_then_resume_reaps_containers(
     assert reaped and int(reaped.group(1)) >= len(before), out[-3000:]
     assert after == [], _describe(after)
     ids = {c["Id"] for c in before}
+    folders = [c["Labels"].get("openforge.dir", "") for c in before]
+    assert all(folders) and not [f for f in folders if os.path.exists(f)], folders
     assert not [c for c in client.api.containers(all=True) if c["Id"] in ids]
