@@ -6,11 +6,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+# the sandbox sections live beside this module; they are part of this config
+from forge.config_sandbox import KubernetesConfig as KubernetesConfig
+from forge.config_sandbox import SandboxConfig as SandboxConfig
+from forge.config_sandbox import Strict as _Strict
 
 
 class EngineConfig(_Strict):
@@ -87,129 +88,6 @@ class ProxyConfig(_Strict):
         "set: set it to 0.0.0.0 or the pod IP for the kubernetes backend, whose sandbox pods "
         "reach the proxy over the pod network (0.0.0.0 advertises $POD_IP, else the node's IP); "
         "the per-attempt key guards every call.",
-    )
-
-
-class KubernetesConfig(_Strict):
-    """``sandbox.kubernetes``: where and how the kubernetes backend makes its pods."""
-
-    namespace: str = Field(
-        "openforge",
-        pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
-        description="Namespace of the sandbox pods (the run's own: see the README's RBAC).",
-    )
-    api_url: str | None = Field(
-        None,
-        pattern=r"^https?://",
-        description="API server URL used as is, without auth (kubectl proxy, kmock). None: "
-        "kubeconfig/context, else in-cluster, else the default kubeconfig.",
-    )
-    kubeconfig: str | None = Field(None, description="Path of a kubeconfig file.")
-    context: str | None = Field(None, description="kubeconfig context to use.")
-    registry: str | None = Field(
-        None, description="Images are <registry>/openforge/<harness>:<version> (None: local)."
-    )
-    agent_port: int = Field(8937, ge=1, le=65535, description="Sandbox agent port in each pod.")
-    pod_start_timeout_s: float = Field(
-        180.0, gt=0, description="A pod still pending after this is deleted and retried."
-    )
-    qps: float = Field(10.0, gt=0, description="Pod creations per second per process.")
-    burst: int = Field(20, ge=1, description="Pod creations a process may send at once.")
-    ephemeral_storage_mb: int = Field(
-        10240, ge=1, description="Ephemeral storage request and limit per pod (MiB)."
-    )
-    run_as_user: int | None = Field(None, ge=0, description="UID of the pod (None: image's).")
-    harness_selector: dict[str, str] = Field(
-        default_factory=lambda: {"openforge.role": "harness-pod"},
-        description="Labels of the HarnessPods' pods: the NetworkPolicy's allowed egress peers.",
-    )
-    harness_namespace: str | None = Field(
-        None, description="Namespace of the HarnessPods' pods (None: the sandbox namespace)."
-    )
-    proxy_cidrs: tuple[str, ...] = Field(
-        (), description="Extra CIDRs sandbox pods may reach on the proxy ports."
-    )
-    proxy_ports: tuple[int, int] | None = Field(
-        None, description="[first, last] TCP port range of the proxies (None: any port)."
-    )
-    node_selector: dict[str, str] = Field(
-        default_factory=dict, description="nodeSelector of the sandbox pods."
-    )
-    image_pull_secrets: tuple[str, ...] = Field(
-        (), description="Names of image pull Secrets for the sandbox pods."
-    )
-    service_account: str = Field(
-        "openforge-sandbox", description="Service account of the sandbox pods (bound to nothing)."
-    )
-    owner: bool = Field(
-        True, description="Make the run's ConfigMap the owner of its pods (deleting it reaps)."
-    )
-    heartbeat_s: float = Field(
-        10.0, gt=0, description="Interval of each HarnessPod's heartbeat Lease renewal."
-    )
-
-    @field_validator("proxy_cidrs")
-    @classmethod
-    def _cidrs(cls, cidrs: tuple[str, ...]) -> tuple[str, ...]:
-        import ipaddress
-
-        for cidr in cidrs:
-            ipaddress.ip_network(cidr, strict=False)  # ValueError names the bad one
-        return cidrs
-
-    @field_validator("proxy_ports")
-    @classmethod
-    def _ports(cls, ports: tuple[int, int] | None) -> tuple[int, int] | None:
-        if ports is not None and not 1 <= ports[0] <= ports[1] <= 65535:
-            raise ValueError(f"expected [first, last] with 1 <= first <= last <= 65535: {ports}")
-        return ports
-
-
-class SandboxConfig(_Strict):
-    backend: Literal["local", "docker", "kubernetes"] = Field(
-        "local",
-        description="Where harnesses run. local: a bubblewrap process on the HarnessPod's node. "
-        "docker: one container per attempt (and per verifier run) on a Docker daemon, from "
-        "the images `forge image build` makes; no network but the attempt's proxy. "
-        "kubernetes: one pod per attempt (settings in sandbox.kubernetes; proxy.host must be "
-        "reachable from the pods), exec and files through the agent on the pod IP.",
-    )
-    root: str | None = Field(
-        None,
-        description="Host folder for workspaces (local) or for each container's agent socket "
-        "folder (docker; default: the temp dir).",
-    )
-    isolation: Literal["required", "none"] = Field(
-        "required",
-        description="required: every sandbox runs under bubblewrap (private namespaces, only its "
-        "workspace and home writable, a network whose one way out is its proxy); a run that "
-        "cannot isolate stops at once and says how to install bubblewrap. none: run harnesses "
-        "as plain host processes sharing the host's network and files (only when asked). "
-        "Local backend only: docker sandboxes are always isolated.",
-    )
-    docker_host: str | None = Field(
-        None,
-        description="docker: the daemon's address (unix:///path/sock, tcp://host:port). None: "
-        "DOCKER_HOST, else the private daemon of `forge image daemon start` when it runs, "
-        "else the Docker client's default. The daemon must run on this host (it bind-mounts "
-        "the proxy's and the agent's Unix sockets).",
-    )
-    image: str | None = Field(
-        None,
-        description="docker: run every sandbox (verifiers too) from this image instead of "
-        "openforge/<harness>:<version> or openforge/base (it needs python3 and the agent at "
-        "/opt/forge/agent; the harness's files are bind-mounted read-only).",
-    )
-    cpus: float = Field(1.0, gt=0, description="docker, kubernetes: CPUs per sandbox.")
-    memory_mb: int = Field(
-        4096, ge=64, description="docker, kubernetes: memory limit per sandbox in MiB (no swap)."
-    )
-    pids: int = Field(1024, ge=16, description="docker: most processes per container.")
-    start_timeout_s: float = Field(
-        30.0, gt=0, description="docker, kubernetes: how long a new sandbox's agent may take."
-    )
-    kubernetes: KubernetesConfig = Field(
-        default_factory=KubernetesConfig, description="kubernetes backend settings."
     )
 
 

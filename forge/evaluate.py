@@ -258,7 +258,7 @@ def evaluate(config: RunConfig, agents: list[Agent], k: int, out: Path) -> dict[
         except ValidationError as e:
             raise ValueError(f"{agent.source} {agent.name}: {error_line(e.errors()[0])}") from None
         require(agent.harness, agent.options)  # stops before anything starts
-    check_isolation(config.sandbox)  # so does a host that cannot isolate sandboxes
+    check_isolation(config.sandbox, config.proxy)  # so does a host that cannot isolate sandboxes
     tasks = [t.model_dump() for t in load_suite(config.tasks)]
     if config.task_ids:
         tasks = [t for t in tasks if t["id"] in set(config.task_ids)]
