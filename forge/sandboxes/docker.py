@@ -41,9 +41,9 @@ from forge.sandboxes.agent_client import (
     AgentUnavailable,
     agent_command,
 )
-from forge.sandboxes.base import ExecResult, SandboxSpec
+from forge.sandboxes.agent_sandbox import AgentSandbox
+from forge.sandboxes.base import SandboxSpec
 from forge.sandboxes.bwrap import IsolationUnavailable
-from forge.sandboxes.local import SandboxExpired
 from forge.sandboxes.orphans import dir_name, pid_start, rmtree
 
 log = logging.getLogger(__name__)
@@ -169,7 +169,7 @@ def _remove(client: Any, container_id: str) -> None:
             raise
 
 
-class DockerSandbox:
+class DockerSandbox(AgentSandbox):
     """The Sandbox protocol in a Docker container; see the module docstring."""
 
     workspace = WORKSPACE
@@ -311,52 +311,11 @@ class DockerSandbox:
         """Remove the container (killing everything in it) and its host folder; idempotent."""
         self._finalizer()
 
-    def _agent(self) -> AgentClient:
-        if self._state.destroyed:
-            raise RuntimeError("sandbox destroyed")
-        if self._state.agent is None:
-            raise RuntimeError("sandbox not created")
-        return self._state.agent
-
     def proxy_host_port(self) -> str:
         self._agent()
         if self._proxy_addr is None:
             raise RuntimeError("sandbox has no proxy: set spec.proxy_socket or spec.proxy_tcp")
         return self._proxy_addr
-
-    def default_path(self) -> str:
-        return DEFAULT_PATH
-
-    def path_map(self) -> dict[str, str]:
-        return {}
-
-    # -- exec and files: through the agent ------------------------------------------------
-
-    def exec(
-        self, cmd: list[str], timeout_s: float, env: dict[str, str] | None = None
-    ) -> ExecResult:
-        agent = self._agent()
-        remaining = self.deadline - time.time()
-        if remaining <= 0:
-            raise SandboxExpired(
-                f"sandbox {self.name} passed its deadline {-remaining:.1f}s ago; not running "
-                f"{cmd!r}"
-            )
-        if not cmd:
-            raise ValueError("empty command")
-        return agent.exec(cmd, min(timeout_s, remaining), env)
-
-    def put_file(self, path: str, content: bytes | str, mode: int = 0o644) -> None:
-        self._agent().put_file(path, content, mode)
-
-    def get_file(self, path: str) -> bytes | None:
-        return self._agent().get_file(path)
-
-    def get_archive(self, path: str, max_bytes: int = 64 << 20) -> bytes:
-        return self._agent().get_archive(path, max_bytes)
-
-    def put_archive(self, path: str, data: bytes) -> None:
-        self._agent().put_archive(path, data)
 
 
 def _bind(source: str, target: str, read_only: bool) -> Any:

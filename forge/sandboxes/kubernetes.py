@@ -51,7 +51,8 @@ from forge.config import KubernetesConfig, SandboxConfig
 from forge.sandboxes import agent_client as ac
 from forge.sandboxes import kube_manifests as km
 from forge.sandboxes import kube_reconcile as kr
-from forge.sandboxes.base import ExecResult, SandboxSpec
+from forge.sandboxes.agent_sandbox import AgentSandbox
+from forge.sandboxes.base import SandboxSpec
 from forge.sandboxes.kube_api import (
     NONCE,
     KubeUnavailable,
@@ -66,7 +67,6 @@ from forge.sandboxes.kube_api import (
     delete_pod,
     wait_running,
 )
-from forge.sandboxes.local import SandboxExpired
 
 log = logging.getLogger(__name__)
 BASE_ENV = {"PATH": ac.DEFAULT_PATH, "HOME": ac.HOME, "LANG": "C.UTF-8", "TZ": "UTC"}
@@ -145,7 +145,7 @@ def _cleanup(state: _State) -> None:
         state.name = None
 
 
-class KubernetesSandbox:
+class KubernetesSandbox(AgentSandbox):
     """The Sandbox protocol in a Kubernetes pod; see the module docstring. ``settings``,
     ``api`` (an ApiClient), ``policy`` and ``bucket`` override what ``config`` implies."""
 
@@ -265,13 +265,6 @@ class KubernetesSandbox:
         already gone is fine."""
         self._finalizer()
 
-    def _agent(self) -> ac.AgentClient:
-        if self._state.destroyed:
-            raise RuntimeError("sandbox destroyed")
-        if self._state.agent is None:
-            raise RuntimeError("sandbox not created")
-        return self._state.agent
-
     def proxy_host_port(self) -> str:
         """``SandboxSpec.proxy_tcp``: the HarnessPod's proxy, reached directly over the pod
         network (the NetworkPolicy lets the pod reach nothing else)."""
@@ -280,38 +273,6 @@ class KubernetesSandbox:
             raise RuntimeError("kubernetes sandboxes need spec.proxy_tcp (the HarnessPod's "
                                "proxy address, reachable from pods)")  # fmt: skip
         return self.spec.proxy_tcp
-
-    def default_path(self) -> str:
-        return ac.DEFAULT_PATH
-
-    def path_map(self) -> dict[str, str]:
-        return {}
-
-    # -- exec and files: through the agent ------------------------------------------------
-
-    def exec(
-        self, cmd: list[str], timeout_s: float, env: dict[str, str] | None = None
-    ) -> ExecResult:
-        agent = self._agent()
-        remaining = self.deadline - time.time()
-        if remaining <= 0:
-            raise SandboxExpired(f"sandbox {self.name} passed its deadline "
-                                 f"{-remaining:.1f}s ago; not running {cmd!r}")  # fmt: skip
-        if not cmd:
-            raise ValueError("empty command")
-        return agent.exec(cmd, min(timeout_s, remaining), env)
-
-    def put_file(self, path: str, content: bytes | str, mode: int = 0o644) -> None:
-        self._agent().put_file(path, content, mode)
-
-    def get_file(self, path: str) -> bytes | None:
-        return self._agent().get_file(path)
-
-    def get_archive(self, path: str, max_bytes: int = 64 << 20) -> bytes:
-        return self._agent().get_archive(path, max_bytes)
-
-    def put_archive(self, path: str, data: bytes) -> None:
-        self._agent().put_archive(path, data)
 
 
 def reap(config: SandboxConfig, run: str, orphans_only: bool = False) -> int:
