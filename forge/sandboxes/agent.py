@@ -26,7 +26,6 @@ import os
 import signal
 import socket
 import socketserver
-import stat
 import sys
 import tarfile
 import threading
@@ -38,7 +37,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from forge.sandboxes import archive, bridge
-from forge.sandboxes.base import ArchiveTooLarge, ExecResult, resolve_in
+from forge.sandboxes.base import ArchiveTooLarge, ExecResult, read_regular, resolve_in
 from forge.sandboxes.process import DEFAULT_OUTPUT_CAP, Sessions, become_subreaper
 
 log = logging.getLogger("forge.agent")
@@ -126,18 +125,7 @@ class Agent:
             os.fchmod(fd, mode)
 
     def get_file(self, path: str) -> bytes | None:
-        host = self.resolve(path)
-        try:  # O_NONBLOCK: a FIFO opens at once (and is refused below) instead of blocking
-            fd = os.open(host, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        except OSError as e:
-            raise ValueError(f"path {path!r} cannot be read safely: {e}") from e
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            return None
-        with os.fdopen(fd, "rb") as f:
-            return f.read()
+        return read_regular(self.resolve(path), path)
 
     def get_archive(self, path: str, max_bytes: int) -> bytes:
         host = self.resolve(path)

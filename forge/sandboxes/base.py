@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -118,3 +119,20 @@ def resolve_in(roots: dict[str, Path], workspace: str, path: str) -> Path:
         else:
             return cur
     raise ValueError(f"path {path!r}: too many levels of symbolic links")
+
+
+def read_regular(host: Path, path: str) -> bytes | None:
+    """The bytes of ``host`` (sandbox path ``path``, for messages) when it is a regular file,
+    never following a final symlink and never blocking on a FIFO; None when it is missing or
+    not a regular file; ValueError when it cannot be read safely."""
+    try:  # O_NONBLOCK: a FIFO opens at once (and is refused below) instead of blocking
+        fd = os.open(host, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        raise ValueError(f"path {path!r} cannot be read safely: {e}") from e
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    with os.fdopen(fd, "rb") as f:
+        return f.read()

@@ -27,7 +27,6 @@ import logging
 import os
 import signal
 import socket
-import stat
 import subprocess
 import tempfile
 import threading
@@ -38,7 +37,7 @@ from pathlib import Path
 from typing import Literal
 
 from forge.sandboxes import archive, bridge
-from forge.sandboxes.base import ExecResult, SandboxSpec, resolve_in
+from forge.sandboxes.base import ExecResult, SandboxSpec, read_regular, resolve_in
 from forge.sandboxes.bwrap import (
     HOME,
     WORKSPACE,
@@ -339,19 +338,7 @@ class LocalSandbox:
 
     def get_file(self, path: str) -> bytes | None:
         """The file's bytes, or None when it does not exist or is not a regular file."""
-        host = self.resolve(path)
-        try:
-            # O_NONBLOCK: a FIFO opens at once (and is refused below) instead of blocking
-            fd = os.open(host, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        except OSError as e:
-            raise ValueError(f"path {path!r} cannot be read safely: {e}") from e
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            return None
-        with os.fdopen(fd, "rb") as f:
-            return f.read()
+        return read_regular(self.resolve(path), path)
 
     # -- archives -------------------------------------------------------------------------
 
