@@ -165,6 +165,16 @@ def _harness(args: argparse.Namespace) -> int:
     return code
 
 
+def _kube_rbac(args: argparse.Namespace) -> int:
+    import yaml
+
+    from forge.sandboxes.kube_manifests import cluster_manifests
+
+    docs = cluster_manifests(args.namespace, run_account_namespace=args.run_namespace)
+    print(yaml.safe_dump_all(docs, sort_keys=False), end="")
+    return 0
+
+
 def _image(args: argparse.Namespace) -> int:
     import contextlib
 
@@ -287,6 +297,17 @@ def build_parser() -> argparse.ArgumentParser:
     img.add_argument("--root", help="the private dockerd's folder (~/.cache/openforge/dockerd)")
     img.add_argument("--force", action="store_true", help="rebuild (and re-bootstrap the base)")
     img.set_defaults(func=_image)
+
+    rbac = sub.add_parser(
+        "kube-rbac",
+        help="print the ServiceAccounts, Role and RoleBinding sandbox.backend=kubernetes needs "
+        "(kubectl apply -f -)",
+    )
+    rbac.add_argument("--namespace", default="openforge", help="the sandbox pods' namespace")
+    rbac.add_argument(
+        "--run-namespace", default=None, help="where the Ray pods (the run) live, if elsewhere"
+    )
+    rbac.set_defaults(func=_kube_rbac)
     parser.set_defaults(commands=sub.choices)
     return parser
 

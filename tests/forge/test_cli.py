@@ -225,3 +225,19 @@ def test_stalled_collection_is_reported_not_waited_on_forever(tmp_path: Path) ->
     assert "collection stalled at step 1" in r.stderr
     assert "in flight: g" in r.stderr and "of task sleeper on pod-" in r.stderr
     assert "done: 0 step(s)" in r.stdout  # shutdown ran and the summary was printed
+
+
+def test_kube_rbac_prints_what_the_kubernetes_backend_needs(capsys) -> None:
+    import yaml
+
+    from forge.cli import main
+
+    assert main(["kube-rbac", "--namespace", "sandboxes", "--run-namespace", "ray"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    kinds = {(d["kind"], d["metadata"]["name"], d["metadata"]["namespace"]) for d in docs}
+    assert ("ServiceAccount", "openforge-sandbox", "sandboxes") in kinds
+    assert ("ServiceAccount", "openforge-run", "ray") in kinds  # the run's identity, where it runs
+    assert {k for k, _, _ in kinds} == {"ServiceAccount", "Role", "RoleBinding"}
+    [role] = [d for d in docs if d["kind"] == "Role"]
+    pods = next(r for r in role["rules"] if "pods" in r["resources"])
+    assert set(pods["verbs"]) == {"create", "get", "list", "watch", "delete"}
