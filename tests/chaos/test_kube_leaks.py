@@ -192,13 +192,17 @@ def test_kube_pod_killed_mid_episode_leaves_no_pod(tmp_path: Path, cluster: Clus
             90,
             every=0.5,
         )
+        ended = first.proc.poll() is not None
         still = set(held) & set(cluster.pods(name))
         print(
-            "[kube leaks] the killed HarnessPod's pods "
+            f"[kube leaks] {time.monotonic() - killed_at:.1f}s after the kill: the killed "
+            f"HarnessPod's pods left: {len(still)}/{len(held)}; "
             + (
-                f"deleted {time.monotonic() - killed_at:.1f}s after the kill while the run went on"
-                if gone and not still
-                else f"still there ({len(still)}) when the run ended / after 90s"
+                "the run had ended (its end's reconcile pass deleted them)"
+                if ended
+                else "the run still going (its reconcile loop deleted them)"
+                if gone
+                else "the run still going after 90s"
             )
         )
         rc = first.wait(RUN_TIMEOUT_S)
