@@ -162,6 +162,25 @@ def _agent_holders(ips: set[str]) -> dict[int, set[str]]:
     return out
 
 
+def _deleted_by(c: Cluster, pod: str) -> str:
+    """Which pass deleted ``pod``, from kmock's request log: the reaper LISTs the run's pods
+    (a label selector) and, in an orphan sweep only, the heartbeat Leases, then DELETEs."""
+    log = c.kube.requests()
+    dels = [i for i, r in enumerate(log) if r[0] == "DELETE" and r[1].endswith(f"/pods/{pod}")]
+    if not dels:
+        return "nothing (never deleted)"
+    lists = [
+        j
+        for j, r in enumerate(log[: dels[0]])
+        if r[0] == "GET" and r[1].endswith("/pods") and "labelSelector" in r[2]
+    ]
+    if not lists:
+        return "its own HarnessPod or an unknown client"
+    if any(r[0] == "GET" and r[1].endswith("/leases") for r in log[lists[-1] : dels[0]]):
+        return "an orphan sweep (expired heartbeat Lease; the reconcile loop or the pool)"
+    return "a full pass over the run's pods (the run's end or start)"
+
+
 def test_kube_pod_killed_mid_episode_leaves_no_pod(tmp_path: Path, cluster: Cluster) -> None:
     name = "kube-pod-killed"
     t0 = time.monotonic()
@@ -192,18 +211,10 @@ def test_kube_pod_killed_mid_episode_leaves_no_pod(tmp_path: Path, cluster: Clus
             90,
             every=0.5,
         )
-        ended = first.proc.poll() is not None
         still = set(held) & set(cluster.pods(name))
         print(
             f"[kube leaks] {time.monotonic() - killed_at:.1f}s after the kill: the killed "
-            f"HarnessPod's pods left: {len(still)}/{len(held)}; "
-            + (
-                "the run had ended (its end's reconcile pass deleted them)"
-                if ended
-                else "the run still going (its reconcile loop deleted them)"
-                if gone
-                else "the run still going after 90s"
-            )
+            f"HarnessPod's pods left: {len(still)}/{len(held)}" + ("" if gone else " (after 90s)")
         )
         rc = first.wait(RUN_TIMEOUT_S)
     finally:
@@ -217,6 +228,8 @@ def test_kube_pod_killed_mid_episode_leaves_no_pod(tmp_path: Path, cluster: Clus
         f"[kube leaks] pod killed: run finished rc={rc} in {time.monotonic() - t0:.0f}s; "
         f"pods of the run left: {len(left)}, their containers left: {len(containers)}"
     )
+    for pod in held:
+        print(f"[kube leaks] {pod} deleted by {_deleted_by(cluster, pod)}")
     assert left == {}, _describe(left)
     assert containers == [], [c["Names"] for c in containers]
 
