@@ -165,27 +165,11 @@ def private_daemon() -> Iterator[dockerd.Daemon]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-@contextlib.contextmanager
-def kube_cluster(daemon: dockerd.Daemon) -> Iterator[tuple[Any, Any]]:
+def kube_cluster(daemon: dockerd.Daemon) -> Any:
     """kmock plus the test-only controller making its pods containers of ``daemon``."""
-    import docker
+    from tests.forge.sandboxes.kube_controller import emulated_cluster
 
-    from forge.sandboxes import kubernetes as kube_backend
-    from tests.forge.sandboxes.kube_controller import DockerKubelet, KMock
-
-    kube = KMock()
-    dc = docker.DockerClient(base_url=daemon.host, timeout=120)
-    kubelet = DockerKubelet(kube, NS, dc)
-    try:
-        yield kube, kubelet
-    finally:
-        kube_backend.shutdown()
-        kubelet.close()
-        for c in dc.api.containers(all=True, filters={"label": "openforge.kubelet"}):
-            with contextlib.suppress(Exception):
-                dc.api.remove_container(c["Id"], force=True)
-        dc.close()
-        kube.close()
+    return emulated_cluster(daemon.host, NS)
 
 
 def main() -> None:

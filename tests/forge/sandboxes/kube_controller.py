@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -442,3 +442,27 @@ class DockerKubelet(Kubelet):
     def stop_pod(self, handle: Any) -> None:
         with contextlib.suppress(Exception):
             self.docker.api.remove_container(handle, force=True)
+
+
+@contextlib.contextmanager
+def emulated_cluster(docker_host: str, namespace: str) -> Iterator[tuple[KMock, DockerKubelet]]:
+    """kmock plus this controller starting its pods in ``namespace`` as containers of the
+    dockerd at ``docker_host``; afterwards the backend's heartbeats stop and every container
+    the controller started is removed, whatever happened."""
+    import docker
+
+    from forge.sandboxes import kubernetes as kube_backend
+
+    kube = KMock()
+    dc = docker.DockerClient(base_url=docker_host, timeout=120)
+    kubelet = DockerKubelet(kube, namespace, dc)
+    try:
+        yield kube, kubelet
+    finally:
+        kube_backend.shutdown()
+        kubelet.close()
+        for c in dc.api.containers(all=True, filters={"label": "openforge.kubelet"}):
+            with contextlib.suppress(Exception):
+                dc.api.remove_container(c["Id"], force=True)
+        dc.close()
+        kube.close()

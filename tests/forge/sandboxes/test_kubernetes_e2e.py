@@ -13,14 +13,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from forge.sandboxes import kubernetes as kube_backend
 from forge.sandboxes.base import SandboxSpec
 from forge.sandboxes.kube_api import RetryPolicy
 from forge.sandboxes.kube_reconcile import reap_pods
 from forge.sandboxes.kubernetes import KubernetesSandbox, KubeSettings
 from tests.forge.httpstub import StubServer
 
-from .kube_controller import DockerKubelet, KMock
+from .kube_controller import DockerKubelet, KMock, emulated_cluster
 
 pytestmark = [pytest.mark.k8s, pytest.mark.docker]
 NS = "e2e"
@@ -28,19 +27,8 @@ NS = "e2e"
 
 @pytest.fixture(scope="module")
 def cluster(docker_daemon, docker_images) -> Iterator[tuple[KMock, DockerKubelet]]:
-    import docker
-
-    kube = KMock()
-    dc = docker.DockerClient(base_url=docker_daemon.host, timeout=120)
-    kubelet = DockerKubelet(kube, NS, dc)
-    yield kube, kubelet
-    kube_backend.shutdown()
-    kubelet.close()
-    leftover = dc.api.containers(all=True, filters={"label": "openforge.kubelet"})
-    for c in leftover:
-        dc.api.remove_container(c["Id"], force=True)
-    dc.close()
-    kube.close()
+    with emulated_cluster(docker_daemon.host, NS) as running:
+        yield running
 
 
 def test_pod_in_a_container_exec_files_proxy_destroy(cluster) -> None:

@@ -17,7 +17,7 @@ from forge.sandboxes import check_isolation
 from serve.policy import deploy_policy
 from tasks import load_suite
 
-from .kube_controller import DockerKubelet, KMock
+from .kube_controller import DockerKubelet, KMock, emulated_cluster
 
 pytestmark = [pytest.mark.k8s, pytest.mark.docker, pytest.mark.ray, pytest.mark.slow]
 NS, RUN = "episode", "kube-episode"
@@ -25,17 +25,8 @@ NS, RUN = "episode", "kube-episode"
 
 @pytest.fixture(scope="module")
 def cluster(docker_daemon, docker_images) -> Iterator[tuple[KMock, DockerKubelet]]:
-    import docker
-
-    kube = KMock()
-    dc = docker.DockerClient(base_url=docker_daemon.host, timeout=120)
-    kubelet = DockerKubelet(kube, NS, dc)
-    yield kube, kubelet
-    kubelet.close()
-    for c in dc.api.containers(all=True, filters={"label": "openforge.kubelet"}):
-        dc.api.remove_container(c["Id"], force=True)
-    dc.close()
-    kube.close()
+    with emulated_cluster(docker_daemon.host, NS) as running:
+        yield running
 
 
 def test_react_episode_in_kubernetes_pods_oracle_1(ray_cluster, cluster, docker_images) -> None:
