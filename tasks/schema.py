@@ -13,9 +13,17 @@ Example (``tasks/data/smoke/hello_file.yaml``)::
 from __future__ import annotations
 
 from pathlib import PurePosixPath
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
 
 from rewards import validate_spec
 
@@ -64,7 +72,68 @@ class WriteFile(BaseModel):
         return check_relative_path(v)
 
 
+GUI_ACTIONS = (
+    "click",
+    "double_click",
+    "type",
+    "press",
+    "scroll",
+    "drag",
+    "goto",
+    "back",
+    "wait",
+)
+"""The GUI action space (``done(answer)`` ends an episode and is the task's ``answer``)."""
+SCREEN_SCALE = 1000
+"""GUI coordinates are integers in [0, SCREEN_SCALE] across the screenshot, left/top at 0."""
+
+
+class GuiAction(BaseModel):
+    """A GUI solution step: one action of :data:`GUI_ACTIONS` as a GUI harness's tool takes it.
+
+    Coordinates are normalised to the screenshot: 0..1000 on each axis (``x`` from the left,
+    ``y`` from the top), whatever the screen's size in pixels. ``click``/``double_click``: x, y;
+    ``type``: text; ``press``: keys ("Enter", "ctrl+a"); ``scroll``: x, y, dy (and dx) in wheel
+    notches, positive down/right; ``drag``: x, y to x2, y2; ``goto``: url; ``back``; ``wait``:
+    seconds.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    action: Literal[GUI_ACTIONS] = Field(description="The action's name.")  # type: ignore[valid-type]
+    x: int | None = Field(default=None, ge=0, le=SCREEN_SCALE, description="0..1000 from the left.")
+    y: int | None = Field(default=None, ge=0, le=SCREEN_SCALE, description="0..1000 from the top.")
+    x2: int | None = Field(default=None, ge=0, le=SCREEN_SCALE, description="drag: end x.")
+    y2: int | None = Field(default=None, ge=0, le=SCREEN_SCALE, description="drag: end y.")
+    text: str | None = Field(default=None, description="type: the text typed.")
+    keys: str | None = Field(default=None, description="press: keys, '+'-joined ('ctrl+s').")
+    dx: int = Field(default=0, description="scroll: notches right (negative: left).")
+    dy: int = Field(default=0, description="scroll: notches down (negative: up).")
+    url: str | None = Field(default=None, description="goto: the address.")
+    seconds: float = Field(default=1.0, ge=0, le=30, description="wait: how long.")
+
+    @model_validator(mode="after")
+    def _has_its_arguments(self) -> GuiAction:
+        need = {
+            "click": ("x", "y"),
+            "double_click": ("x", "y"),
+            "scroll": ("x", "y"),
+            "drag": ("x", "y", "x2", "y2"),
+            "type": ("text",),
+            "press": ("keys",),
+            "goto": ("url",),
+        }.get(self.action, ())
+        missing = [k for k in need if getattr(self, k) is None]
+        if missing:
+            raise ValueError(f"a {self.action} step needs {', '.join(missing)}")
+        return self
+
+
 def _check_step(step: Any) -> Any:
+    if isinstance(step, dict) and "action" in step:
+        return GuiAction.model_validate(step)
+    if isinstance(step, GuiAction):
+        return step
     if isinstance(step, str):
         if not step.strip():
             raise ValueError("empty shell command")
@@ -87,9 +156,45 @@ def _check_step(step: Any) -> Any:
     )
 
 
-Step = Annotated[str | WriteFile, BeforeValidator(_check_step)]
-"""One step of a reference solution: a shell command (run with ``sh -c`` in the workspace) or
-a file to write."""
+Step = Annotated[str | WriteFile | GuiAction, BeforeValidator(_check_step)]
+"""One step of a reference solution: a shell command (run with ``sh -c`` in the workspace), a
+file to write, or a GUI action (:class:`GuiAction`, for GUI tasks)."""
+
+
+class Service(BaseModel):
+    """A process the task needs running inside the sandbox while the harness runs (a web
+    application's state server, a desktop application): started in the workspace before the
+    harness, with the task's screen as ``DISPLAY`` when the task has a display, and stopped
+    (its whole process group) when the harness ends. It keeps its state in the workspace,
+    where the verifier reads it after the episode."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str = Field(min_length=1, description="Shell command (sh -c, in the workspace).")
+    ready: str | None = Field(
+        default=None,
+        description="When it is up: an http://127.0.0.1:PORT/... URL that answers 2xx, or "
+        "file:PATH (workspace-relative) that exists. None: started, not waited for.",
+    )
+    ready_timeout_s: float = Field(default=30.0, gt=0, description="Most seconds to wait.")
+
+
+class Gui(BaseModel):
+    """What a GUI task shows: the screen's size and where a browser starts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    screen: tuple[int, int] = Field(
+        default=(640, 480), description="Width and height in pixels (viewport or X display)."
+    )
+    start_url: str | None = Field(
+        default=None, description="The page a browser harness opens before the first turn."
+    )
+    display: bool = Field(
+        default=False,
+        description="Start an X display (Xvfb and a window manager) of this size before the "
+        "services: a desktop task.",
+    )
 
 
 class Task(BaseModel):
@@ -120,6 +225,11 @@ class Task(BaseModel):
         default=None, description="The final answer the reference solution gives, if any."
     )
     limits: Limits = Field(default_factory=Limits, description="Bounds on one attempt.")
+    services: list[Service] = Field(
+        default_factory=list,
+        description="Processes started inside the sandbox before the harness (see Service).",
+    )
+    gui: Gui | None = Field(default=None, description="Set for GUI tasks (see Gui).")
     tags: list[str] = Field(default_factory=list, description="Free-form labels for filtering.")
 
     _source: str | None = PrivateAttr(default=None)
@@ -152,5 +262,8 @@ class Task(BaseModel):
     def reference_script(self) -> dict[str, Any]:
         """The reference solution as plain data (``steps`` and ``answer``), e.g. for the
         ``script`` of a request to the scripted model double."""
-        steps: list[Any] = [s if isinstance(s, str) else s.model_dump() for s in self.solution]
+        steps: list[Any] = [
+            s if isinstance(s, str) else s.model_dump(exclude_defaults=isinstance(s, GuiAction))
+            for s in self.solution
+        ]
         return {"task_id": self.id, "steps": steps, "answer": self.answer}
