@@ -69,6 +69,19 @@ if command -v npm >/dev/null 2>&1; then
 else
   log "npm not found: real npm harnesses not installed (apt install npm); their tests will skip"
 fi
+# GUI sandboxes (the browser and desktop harnesses): Debian's Chromium (Playwright drives it; no
+# browser download), Xvfb and a window manager, xdotool, ImageMagick for screenshots, and the small
+# X applications the desktop tasks use.
+GUI_PKGS="chromium xvfb openbox xdotool x11-apps xterm imagemagick fonts-dejavu-core"
+if ! command -v chromium >/dev/null 2>&1 || ! command -v Xvfb >/dev/null 2>&1 || ! command -v xdotool >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    log "installing $GUI_PKGS (apt), for GUI sandboxes"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $GUI_PKGS >/dev/null) || log "GUI packages not installed: the browser and desktop tests will skip"
+  else
+    log "chromium, Xvfb or xdotool missing: apt-get install $GUI_PKGS for GUI sandboxes"
+  fi
+fi
+
 # Docker sandboxes (sandbox.backend=docker): Debian's docker.io and debootstrap; the base and
 # react images are built in a private dockerd (~/.cache/openforge/dockerd, no iptables, no
 # bridge), which is stopped afterwards. The Debian root filesystem is cached in
