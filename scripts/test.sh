@@ -8,7 +8,7 @@ export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE=disabled
 markers="not gpu"
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then markers=""; fi
 .venv/bin/ruff check . || exit 1
-.venv/bin/python -m pytest ${markers:+-m "$markers"} "$@"
+.venv/bin/python -m pytest --durations=25 ${markers:+-m "$markers"} "$@"
 rc=$?
 if [ "$rc" = 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi
 exit "$rc"
