@@ -1,6 +1,7 @@
 """One attempt of one task in one harness, start to finish: the body of ``HarnessPod.run_episode``.
 
-create sandbox -> seed workspace -> open the attempt on the proxy -> run the harness command ->
+create sandbox -> seed workspace -> open the attempt on the proxy -> run the harness command
+(under :mod:`forge.sandboxes.services_launch` when the task has services or an X display) ->
 close the attempt -> classify how it ended -> copy the workspace out, destroy the agent's
 sandbox and verify in fresh ones (``rewards.runner``) -> assemble segments. Infrastructure
 failures (sandbox or proxy error, a harness that crashed or hung on its own) mark the episode
@@ -18,7 +19,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from forge.harnesses import AttemptContext, get_harness
-from forge.sandboxes import sandbox_for
+from forge.sandboxes import sandbox_for, services
 from forge.sandboxes.base import ExecResult, SandboxSpec
 from forge.trajectory import assemble
 from forge.types import Episode
@@ -39,6 +40,7 @@ def classify_end(
     """``(failure, truncated)`` of an attempt whose harness has returned (DESIGN.md decision 5).
 
     ``failure`` names an infrastructure failure (retried in a fresh sandbox): the sandbox broke,
+    one of the task's services or its X display did not come up (``service_failed``),
     the Policy or proxy erred, the harness hung before it ever called the model, was killed by a
     signal, gave up after the proxy refused a request (``proxy_rejected``: a 4xx it answered,
     listed in the episode's log), or crashed with nothing the model did to explain it.
@@ -50,6 +52,8 @@ def classify_end(
     """
     if result is None:
         return "sandbox_error", None
+    if services.service_failed(result):  # a service or the display never came up
+        return "service_failed", None
     if state.errors:
         return "proxy_error", None
     if state.rejected.get("context_full"):
@@ -93,7 +97,7 @@ async def run_attempt(
     spec = SandboxSpec(
         labels=labels,
         deadline_s=task.limits.timeout_s + SANDBOX_SLACK_S,
-        ro_mounts=harness.ro_mounts(),
+        ro_mounts={**harness.ro_mounts(), **services.mounts(task)},
         proxy_socket=pod.socket_path,
         proxy_tcp=f"{pod.host}:{pod.port}",
     )
@@ -128,11 +132,15 @@ async def run_attempt(
             timeout_s=task.limits.timeout_s,
             path_var=sandbox.default_path(),
             paths=sandbox.path_map(),
+            extra=services.gui_extra(task),
         )
         for path, content in harness.files(ctx).items():
             sandbox.put_file(path, content)
         result = await asyncio.to_thread(
-            sandbox.exec, harness.command(ctx), task.limits.timeout_s, harness.env(ctx)
+            sandbox.exec,
+            services.wrap(task, ctx, harness.command(ctx)),
+            task.limits.timeout_s,
+            harness.env(ctx),
         )
         answer_file = getattr(harness, "answer_file", None)  # optional: the agent writes it
         answer_path = answer_file(ctx) if answer_file is not None else None

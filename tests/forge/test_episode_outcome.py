@@ -8,6 +8,7 @@ import pytest
 from actors.harness_pod import AttemptState
 from forge.episode import classify_end
 from forge.sandboxes.base import ExecResult
+from forge.sandboxes.services_launch import MARKER, SERVICE_FAILED
 from forge.types import Turn
 
 
@@ -46,6 +47,7 @@ REFUSED = ("400 messages[1].role: unknown role 'wizard'",)
 EXIT0 = ExecResult(0, "", "")
 CRASH = ExecResult(1, "", "Traceback ...")
 TIMEOUT = ExecResult(-1, "", "", timed_out=True)
+SERVICE_DOWN = ExecResult(SERVICE_FAILED, "", f"{MARKER}: service 0 exited with status 3")
 
 
 @pytest.mark.parametrize(
@@ -53,6 +55,8 @@ TIMEOUT = ExecResult(-1, "", "", timed_out=True)
     [
         (EXIT0, _state(_turn(0)), (None, None)),  # finished: the verifier decides
         (None, _state(), ("sandbox_error", None)),
+        (SERVICE_DOWN, _state(), ("service_failed", None)),  # the launcher's own failure
+        (ExecResult(SERVICE_FAILED, "", "no marker"), _state(), ("harness_crash", None)),
         (CRASH, _state(_turn(0), errors=("engine died",)), ("proxy_error", None)),
         (TIMEOUT, _state(), ("harness_hung", None)),  # never called the model
         (TIMEOUT, _state(_turn(0)), (None, "timeout")),  # waited on the model or its commands

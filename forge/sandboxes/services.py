@@ -1,0 +1,74 @@
+"""A task's services and X display around the harness command (host side of
+:mod:`forge.sandboxes.services_launch`).
+
+When a task has ``services`` or a ``gui`` with ``display``, the episode runs
+``python3 -I PROGRAM --spec JSON -- <harness command>`` instead of the harness command, with the
+launcher and the project's web applications (``tasks/webapps``, at :data:`WEBAPPS`) mounted
+read-only. The launcher's own failure (a service that never came up) is the attempt's
+``service_failed`` failure, found by :func:`service_failed`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from forge.sandboxes import services_launch
+from forge.sandboxes.base import ExecResult
+from forge.sandboxes.services_launch import MARKER, PROGRAM, SERVICE_FAILED
+
+if TYPE_CHECKING:
+    from forge.harnesses.base import AttemptContext
+    from tasks.schema import Task
+
+LAUNCHER_HOST = str(Path(services_launch.__file__).resolve())
+WEBAPPS_HOST = str(Path(__file__).resolve().parents[2] / "tasks" / "webapps")
+WEBAPPS = "/opt/forge/webapps"  # where the sandbox sees tasks/webapps
+__all__ = ["PROGRAM", "WEBAPPS", "gui_extra", "mounts", "needs_launcher", "service_failed", "wrap"]
+
+
+def needs_launcher(task: Task) -> bool:
+    """Whether the task's harness runs under the launcher: it has services or a display."""
+    return bool(task.services) or bool(task.gui and task.gui.display)
+
+
+def mounts(task: Task) -> dict[str, str]:
+    """Read-only mounts (host -> sandbox) the launcher and the web applications need."""
+    if not needs_launcher(task):
+        return {}
+    return {LAUNCHER_HOST: PROGRAM, WEBAPPS_HOST: WEBAPPS}
+
+
+def gui_extra(task: Task) -> dict[str, str]:
+    """What a GUI harness reads from ``AttemptContext.extra``: ``screen`` ("640x480") and,
+    when the task has one, ``start_url``."""
+    if task.gui is None:
+        return {}
+    width, height = task.gui.screen
+    extra = {"screen": f"{width}x{height}"}
+    if task.gui.start_url:
+        extra["start_url"] = task.gui.start_url
+    return extra
+
+
+def launcher_spec(task: Task, paths: dict[str, str]) -> dict[str, object]:
+    return {
+        "services": [s.model_dump() for s in task.services],
+        "gui": task.gui.model_dump() if task.gui else None,
+        "paths": paths,
+    }
+
+
+def wrap(task: Task, ctx: AttemptContext, command: list[str]) -> list[str]:
+    """``command`` run under the launcher when the task needs it; else ``command`` itself."""
+    if not needs_launcher(task):
+        return command
+    spec = json.dumps(launcher_spec(task, ctx.paths), separators=(",", ":"))
+    return ["python3", "-I", ctx.path(PROGRAM), "--spec", spec, "--", *command]
+
+
+def service_failed(result: ExecResult) -> bool:
+    """Whether the launcher ended the attempt because the display or a service did not come
+    up (its status and its marker line on stderr)."""
+    return result.exit_code == SERVICE_FAILED and MARKER in result.stderr

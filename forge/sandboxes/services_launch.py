@@ -1,0 +1,289 @@
+"""Start a task's services (and its X display) inside the sandbox, run the harness, stop them.
+
+Standard library only: the sandbox runs this file with its own ``python3``, mounted read-only
+at :data:`PROGRAM` (see :func:`forge.sandboxes.services.wrap`)::
+
+    python3 -I services_launch.py --spec JSON -- HARNESS COMMAND...
+
+``JSON`` holds ``services`` (each ``{command, ready, ready_timeout_s}``, as
+``tasks.schema.Service``), ``gui`` (``{screen: [w, h], display: bool}`` or null) and ``paths``
+(sandbox path -> the path commands see it at, for backends without the fixed layout). In order:
+
+1. with ``gui.display``: ``Xvfb`` on a display it picks itself (``-displayfd``), sized
+   ``WxHx24``, then ``openbox`` on it; ``DISPLAY`` is exported to everything after;
+2. each service: ``sh -c COMMAND`` in the working directory (the workspace), in its own process
+   group, its output to a log outside the workspace; then its ``ready`` is awaited (an http URL
+   answering 2xx, or ``file:PATH`` existing) for at most ``ready_timeout_s``;
+3. the harness command, as a child with the same environment plus ``DISPLAY``;
+4. when the harness exits (or this program gets SIGTERM/SIGINT/SIGHUP): every service's process
+   group, then openbox and Xvfb, are terminated (SIGKILL after a grace period); the exit status
+   is the harness's.
+
+When the display or a service cannot be brought up (it exits, or is not ready in time) nothing
+else starts: a line beginning with :data:`MARKER` says what on stderr, with the tail of that
+service's log, and the status is :data:`SERVICE_FAILED`. That is an infrastructure failure of the
+attempt (``failure="service_failed"``), never a wrong answer. A service that exits while the
+harness runs is only reported (the agent may have caused it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+PROGRAM = "/opt/forge/services/services_launch.py"  # where the sandbox sees this file
+SERVICE_FAILED = 117  # exit status when the display or a service failed to come up
+MARKER = "forge-services: FAILED"
+GRACE_S = 2.0
+LOG_TAIL = 2000
+_PR_SET_PDEATHSIG = 1
+
+
+class Failed(Exception):
+    """The display or a service did not come up."""
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when this launcher dies (even by SIGKILL), so nothing
+    outlives it where no pid namespace does that (an unisolated sandbox)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _say(msg: str) -> None:
+    print(f"forge-services: {msg}", file=sys.stderr, flush=True)
+
+
+def _tail(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - LOG_TAIL))
+            return f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+class Launcher:
+    """What was started, so :meth:`stop` can end all of it."""
+
+    def __init__(self, spec: dict[str, Any], logdir: str) -> None:
+        self.spec = spec
+        self.logdir = logdir
+        self.env = dict(os.environ)
+        self.groups: list[tuple[str, subprocess.Popen[bytes]]] = []  # (name, leader)
+
+    def _spawn(self, name: str, argv: list[str], log: str, **kw: Any) -> subprocess.Popen[bytes]:
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+                **kw,
+            )
+        self.groups.append((name, proc))
+        return proc
+
+    # -- the display ------------------------------------------------------------------------
+
+    def start_display(self, width: int, height: int, timeout_s: float = 20.0) -> str:
+        read_fd, write_fd = os.pipe()
+        log = os.path.join(self.logdir, "xvfb.log")
+        argv = [
+            "Xvfb",
+            "-displayfd",
+            str(write_fd),
+            "-screen",
+            "0",
+            f"{width}x{height}x24",
+            "-nolisten",
+            "tcp",
+            "-noreset",
+        ]
+        try:
+            xvfb = self._spawn("Xvfb", argv, log, pass_fds=(write_fd,))
+        except OSError as e:
+            raise Failed(f"cannot start Xvfb: {e}") from e
+        finally:
+            os.close(write_fd)
+        number = b""
+        end = time.monotonic() + timeout_s
+        with os.fdopen(read_fd, "rb", buffering=0) as pipe:
+            while not number.endswith(b"\n"):
+                left = end - time.monotonic()
+                if left <= 0 or xvfb.poll() is not None:
+                    raise Failed(f"Xvfb did not come up within {timeout_s:.0f}s: {_tail(log)}")
+                if select.select([pipe], [], [], min(left, 0.5))[0]:
+                    chunk = pipe.read(16)
+                    if not chunk:
+                        raise Failed(f"Xvfb exited before it chose a display: {_tail(log)}")
+                    number += chunk
+        display = f":{int(number)}"
+        self.env["DISPLAY"] = display
+        try:
+            self._spawn("openbox", ["openbox"], os.path.join(self.logdir, "wm.log"))
+        except OSError as e:
+            raise Failed(f"cannot start the window manager openbox: {e}") from e
+        self._wait_wm(timeout_s=5.0)
+        return display
+
+    def _wait_wm(self, timeout_s: float) -> None:
+        """Until the window manager has claimed the screen (best effort: xprop may be absent)."""
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            try:
+                out = subprocess.run(
+                    ["xprop", "-root", "_NET_SUPPORTING_WM_CHECK"],
+                    env=self.env,
+                    capture_output=True,
+                    timeout=2,
+                ).stdout
+            except (OSError, subprocess.TimeoutExpired):
+                return
+            if b"window id" in out:
+                return
+            time.sleep(0.05)
+
+    # -- services ---------------------------------------------------------------------------
+
+    def start_service(self, index: int, service: dict[str, Any]) -> None:
+        command = localise(service["command"], self.spec.get("paths") or {})
+        log = os.path.join(self.logdir, f"service-{index}.log")
+        name = f"service {index} ({command[:60]})"
+        try:
+            proc = self._spawn(name, ["sh", "-c", command], log)
+        except OSError as e:
+            raise Failed(f"{name}: cannot start: {e}") from e
+        ready = service.get("ready")
+        if not ready:
+            return
+        timeout_s = float(service.get("ready_timeout_s") or 30.0)
+        end = time.monotonic() + timeout_s
+        pause = 0.02
+        while not is_ready(ready):
+            code = proc.poll()
+            if code is not None:
+                raise Failed(f"{name} exited with status {code} before {ready}: {_tail(log)}")
+            if time.monotonic() >= end:
+                raise Failed(f"{name} not ready ({ready}) after {timeout_s:g}s: {_tail(log)}")
+            time.sleep(pause)
+            pause = min(pause * 1.5, 0.25)
+
+    # -- the end ----------------------------------------------------------------------------
+
+    def report_exits(self) -> None:
+        for name, proc in self.groups:
+            code = proc.poll()
+            if code is not None:
+                _say(f"{name} had exited (status {code}) when the harness ended")
+
+    def stop(self) -> None:
+        """Services in reverse order, then the window manager and the display."""
+        alive = []
+        for _, proc in reversed(self.groups):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            alive.append(proc)
+        end = time.monotonic() + GRACE_S
+        for proc in alive:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.0, end - time.monotonic()))
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)  # the rest of its group, if any
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=1.0)
+        self.groups.clear()
+
+
+def localise(text: str, paths: dict[str, str]) -> str:
+    """``text`` with each sandbox path of ``paths`` replaced by the path commands see it at
+    (longest first); unchanged when ``paths`` is empty (an isolated sandbox)."""
+    for sandbox_path in sorted(paths, key=len, reverse=True):
+        text = text.replace(sandbox_path, paths[sandbox_path])
+    return text
+
+
+def is_ready(ready: str) -> bool:
+    """Whether ``ready`` holds now: ``file:PATH`` exists, or the URL answers 2xx."""
+    if ready.startswith("file:"):
+        return os.path.exists(ready[len("file:") :])
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(ready, timeout=2.0) as resp:
+            return 200 <= resp.status < 300
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--spec", required=True, help="JSON: services, gui, paths")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the harness command")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no harness command after --")
+    spec = json.loads(args.spec)
+    stopping: list[int] = []
+    harness: subprocess.Popen[bytes] | None = None
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stopping.append(signum)
+        if harness is not None and harness.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                harness.send_signal(signum)
+        else:
+            raise KeyboardInterrupt
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    launcher = Launcher(spec, tempfile.mkdtemp(prefix="forge-services-"))
+    try:
+        gui = spec.get("gui") or {}
+        if gui.get("display"):
+            width, height = gui.get("screen") or (640, 480)
+            _say(f"display {launcher.start_display(int(width), int(height))} ({width}x{height})")
+        for i, service in enumerate(spec.get("services") or []):
+            launcher.start_service(i, service)
+        if stopping:
+            return 128 + stopping[0]
+        harness = subprocess.Popen(command, env=launcher.env)
+        while True:
+            try:
+                code = harness.wait()
+                break
+            except KeyboardInterrupt:
+                continue
+        launcher.report_exits()
+        return code if code >= 0 else 128 - code
+    except Failed as e:
+        print(f"{MARKER}: {e}", file=sys.stderr, flush=True)
+        return SERVICE_FAILED
+    except KeyboardInterrupt:
+        return 128 + (stopping[0] if stopping else signal.SIGINT)
+    finally:
+        launcher.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

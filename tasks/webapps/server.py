@@ -1,0 +1,285 @@
+"""The state server of the project's web applications (shop, mail, booking, calendar).
+
+Standard library only: it runs inside the sandbox as a task's service, from the read-only mount
+``/opt/forge/webapps``::
+
+    python3 /opt/forge/webapps/server.py shop --port 8765 --state .app/state.json [--seed F]
+
+It serves the app's page (``APP/index.html``) and the shared files at ``/static/``, ``/health``
+(200 once it listens), ``GET /api/data`` (the seeded content and the current state) and
+``POST /api/ACTION`` with a JSON body. Every change is written atomically (a temporary file,
+then a rename) to the state file, which the ``page_state`` verifier reads from the workspace
+after the episode; the initial state is written at start. ``--seed`` is a JSON file (relative:
+from the working directory) that replaces the app's default content (``seeds/APP.json``).
+Pages are laid out for a 640x480 viewport with fixed positions, so GUI reference solutions can
+click by normalised coordinates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+APPS = ("shop", "mail", "booking", "calendar")
+TYPES = {".html": "text/html; charset=utf-8", ".css": "text/css", ".js": "text/javascript"}
+
+
+class ActionError(ValueError):
+    """A request the app refuses (answered 400 with the message)."""
+
+
+def _need(body: dict[str, Any], key: str) -> Any:
+    value = body.get(key)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise ActionError(f"{key} is required")
+    return value.strip() if isinstance(value, str) else value
+
+
+# -- the apps: initial state from the seed, and actions (state, seed, body) -> None ----------
+
+
+def shop_state(seed: dict[str, Any]) -> dict[str, Any]:
+    return {"cart": [], "orders": []}
+
+
+def _product(seed: dict[str, Any], pid: Any) -> dict[str, Any]:
+    for p in seed["products"]:
+        if p["id"] == pid:
+            return p
+    raise ActionError(f"no product {pid!r}")
+
+
+def shop_add(state: dict[str, Any], seed: dict[str, Any], body: dict[str, Any]) -> None:
+    product = _product(seed, _need(body, "id"))
+    for line in state["cart"]:
+        if line["id"] == product["id"]:
+            line["qty"] += 1
+            return
+    state["cart"].append({"id": product["id"], "name": product["name"], "qty": 1})
+
+
+def shop_remove(state: dict[str, Any], seed: dict[str, Any], body: dict[str, Any]) -> None:
+    pid = _need(body, "id")
+    state["cart"] = [line for line in state["cart"] if line["id"] != pid]
+
+
+def shop_order(state: dict[str, Any], seed: dict[str, Any], body: dict[str, Any]) -> None:
+    if not state["cart"]:
+        raise ActionError("the cart is empty")
+    items = []
+    for line in state["cart"]:
+        price = _product(seed, line["id"])["price"]
+        items.append({"name": line["name"], "qty": line["qty"], "price": price})
+    total = round(sum(i["qty"] * i["price"] for i in items), 2)
+    state["orders"].append({"number": len(state["orders"]) + 1, "items": items, "total": total})
+    state["cart"] = []
+
+
+def mail_state(seed: dict[str, Any]) -> dict[str, Any]:
+    return {"sent": [], "archived": []}
+
+
+def mail_send(state: dict[str, Any], seed: dict[str, Any], body: dict[str, Any]) -> None:
+    to = _need(body, "to")
+    subject = str(body.get("subject") or "").strip()
+    text = str(body.get("body") or "").strip()
+    state["sent"].append({"to": to, "subject": subject, "body": text})
+
+
+def mail_archive(state: dict[str, Any], seed: dict[str, Any], body: dict[str, Any]) -> None:
+    mid = _need(body, "id")
+    if mid not in {m["id"] for m in seed["inbox"]}:
+        raise ActionError(f"no mail {mid!r}")
+    if mid not in state["archived"]:
+        state["archived"].append(mid)
+
+
+def booking_state(seed: dict[str, Any]) -> dict[str, Any]:
+    return {"bookings": []}
+
+
+def booking_book(state: dict[str, Any], seed: dict[str, Any], body: dict[str, Any]) -> None:
+    name, day, time = _need(body, "name"), _need(body, "day"), _need(body, "time")
+    if day not in seed["days"] or time not in seed["times"]:
+        raise ActionError(f"no slot {day} {time}")
+    taken = set(seed.get("taken", [])) | {f"{b['day']} {b['time']}" for b in state["bookings"]}
+    if f"{day} {time}" in taken:
+        raise ActionError(f"{day} {time} is taken")
+    state["bookings"].append({"name": name, "day": day, "time": time})
+
+
+def calendar_state(seed: dict[str, Any]) -> dict[str, Any]:
+    return {"events": copy.deepcopy(seed["events"]), "deleted": []}
+
+
+def _event(state: dict[str, Any], eid: Any) -> dict[str, Any]:
+    for e in state["events"]:
+        if e["id"] == eid:
+            return e
+    raise ActionError(f"no event {eid!r}")
+
+
+def _check_event(seed: dict[str, Any], body: dict[str, Any]) -> dict[str, str]:
+    title, day, start = _need(body, "title"), _need(body, "day"), _need(body, "start")
+    if day not in seed["days"]:
+        raise ActionError(f"day must be one of {', '.join(seed['days'])}")
+    hh, _, mm = start.partition(":")
+    if not (hh.isdigit() and mm.isdigit() and len(mm) == 2 and 0 <= int(hh) < 24 and int(mm) < 60):
+        raise ActionError("start is HH:MM")
+    return {"title": title, "day": day, "start": f"{int(hh):02d}:{mm}"}
+
+
+def calendar_save(state: dict[str, Any], seed: dict[str, Any], body: dict[str, Any]) -> None:
+    fields = _check_event(seed, body)
+    if body.get("id") is None:
+        next_id = max([e["id"] for e in state["events"]] + [0]) + 1
+        state["events"].append({"id": next_id, **fields})
+    else:
+        _event(state, body["id"]).update(fields)
+
+
+def calendar_delete(state: dict[str, Any], seed: dict[str, Any], body: dict[str, Any]) -> None:
+    event = _event(state, _need(body, "id"))
+    state["events"].remove(event)
+    state["deleted"].append(event["title"])
+
+
+Action = Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], None]
+APP_DEFS: dict[str, tuple[Callable[[dict[str, Any]], dict[str, Any]], dict[str, Action]]] = {
+    "shop": (shop_state, {"add": shop_add, "remove": shop_remove, "order": shop_order}),
+    "mail": (mail_state, {"send": mail_send, "archive": mail_archive}),
+    "booking": (booking_state, {"book": booking_book}),
+    "calendar": (calendar_state, {"save": calendar_save, "delete": calendar_delete}),
+}
+
+
+# -- the server ------------------------------------------------------------------------------
+
+
+def write_atomic(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".state-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class App:
+    """One app's seed and state; every change is saved before it is answered."""
+
+    def __init__(self, name: str, seed: dict[str, Any], state_path: Path) -> None:
+        self.name, self.seed, self.state_path = name, seed, state_path
+        initial, self.actions = APP_DEFS[name]
+        self.state = initial(seed)
+        self.lock = threading.Lock()
+        write_atomic(state_path, self.state)
+
+    def data(self) -> dict[str, Any]:
+        with self.lock:
+            return {"app": self.name, "seed": self.seed, "state": copy.deepcopy(self.state)}
+
+    def act(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
+        if action not in self.actions:
+            raise ActionError(f"unknown action {action!r} (known: {', '.join(self.actions)})")
+        with self.lock:
+            new = copy.deepcopy(self.state)
+            self.actions[action](new, self.seed, body)
+            write_atomic(self.state_path, new)
+            self.state = new
+        return self.data()
+
+
+def make_handler(app: App) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            sys.stderr.write(f"{self.command} {self.path}\n")
+
+        def _send(self, code: int, body: bytes, ctype: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _json(self, code: int, value: Any) -> None:
+            self._send(code, json.dumps(value).encode(), "application/json")
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/health":
+                return self._send(200, b"ok\n", "text/plain")
+            if path == "/api/data":
+                return self._json(200, app.data())
+            if path in ("/", "/index.html"):
+                file = HERE / app.name / "index.html"
+            elif path.startswith("/static/") and "/" not in path[len("/static/") :]:
+                file = HERE / "static" / path[len("/static/") :]
+            else:
+                return self._send(404, b"not found\n", "text/plain")
+            if not file.is_file():
+                return self._send(404, b"not found\n", "text/plain")
+            self._send(200, file.read_bytes(), TYPES.get(file.suffix, "application/octet-stream"))
+
+        def do_POST(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if not path.startswith("/api/"):
+                return self._send(404, b"not found\n", "text/plain")
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                if not isinstance(body, dict):
+                    raise ActionError("the body is a JSON object")
+                self._json(200, app.act(path[len("/api/") :], body))
+            except (ActionError, ValueError) as e:
+                self._json(400, {"error": str(e)})
+
+    return Handler
+
+
+def load_seed(name: str, seed: str | None) -> dict[str, Any]:
+    path = Path(seed) if seed else HERE / "seeds" / f"{name}.json"
+    with open(path) as f:
+        data = json.load(f)
+    if not isinstance(data, dict):
+        raise SystemExit(f"seed {path}: not a JSON object")
+    return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("app", choices=APPS)
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--state", default=".app/state.json", help="state file (JSON)")
+    parser.add_argument("--seed", default=None, help="JSON file of the app's content")
+    args = parser.parse_args(argv)
+    app = App(args.app, load_seed(args.app, args.seed), Path(args.state))
+    server = ThreadingHTTPServer((args.host, args.port), make_handler(app))
+    server.daemon_threads = True
+    print(f"{args.app} on http://{args.host}:{args.port}/", file=sys.stderr, flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
