@@ -7,6 +7,7 @@ from typing import Any
 from forge.harnesses.base import AttemptContext, Harness
 from forge.harnesses.codex import CodexHarness
 from forge.harnesses.command import CommandHarness
+from forge.harnesses.desktop import DesktopHarness
 from forge.harnesses.mini_swe_agent import MiniSweAgentHarness
 from forge.harnesses.nanobot import NanobotHarness
 from forge.harnesses.openclaw import OpenClawHarness
@@ -23,6 +24,7 @@ HARNESSES: dict[str, type] = {
     "nanobot": NanobotHarness,
     "zeroclaw": ZeroClawHarness,
     "command": CommandHarness,
+    "desktop": DesktopHarness,
 }
 
 
@@ -47,6 +49,7 @@ __all__ = [
     "AttemptContext",
     "CodexHarness",
     "CommandHarness",
+    "DesktopHarness",
     "Harness",
     "MiniSweAgentHarness",
     "NanobotHarness",

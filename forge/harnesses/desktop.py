@@ -1,0 +1,88 @@
+"""DesktopHarness: the computer-use agent of ``desktop_agent.py`` on the task's X display."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from forge.harnesses.base import AttemptContext, last_json, string_field
+from forge.sandboxes.base import ExecResult
+
+HERE = Path(__file__).resolve().parent
+SANDBOX_DIR = "/opt/forge/harness"
+MODULES = ("desktop_agent.py", "desktop_actions.py", "gui_actions.py", "react_agent.py")
+PROGRAM = f"{SANDBOX_DIR}/desktop_agent.py"  # where the sandbox sees it
+
+
+class DesktopHarness:
+    """Mounts ``desktop_agent.py`` and the modules it imports read-only side by side under
+    :data:`SANDBOX_DIR` and runs it with the instruction.
+
+    The episode starts the task's X display and desktop applications first and hands the
+    command ``DISPLAY``; the screen's size comes from ``ctx.extra["screen"]`` ("WxH") when the
+    episode gives it (else the program asks the display). ``keep_screenshots``: how many of
+    the latest screenshots stay in the conversation (0: none are sent, text results only).
+    """
+
+    name = "desktop"
+    protocol = "chat"
+
+    def __init__(
+        self,
+        python: str = "python3",
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        keep_screenshots: int = 1,
+        settle_s: float | None = None,
+        system_prompt: str | None = None,
+    ) -> None:
+        if keep_screenshots < 0:
+            raise ValueError("keep_screenshots: must be 0 or more")
+        if settle_s is not None and settle_s < 0:
+            raise ValueError("settle_s: must be 0 or more")
+        self.python = python
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.keep_screenshots = keep_screenshots
+        self.settle_s = settle_s
+        self.system_prompt = system_prompt
+
+    def ro_mounts(self) -> dict[str, str]:
+        return {str(HERE / m): f"{SANDBOX_DIR}/{m}" for m in MODULES}
+
+    def files(self, ctx: AttemptContext) -> dict[str, str]:
+        return {}
+
+    def env(self, ctx: AttemptContext) -> dict[str, str]:
+        env = {
+            "OPENAI_BASE_URL": ctx.base_url,
+            "OPENAI_API_KEY": ctx.api_key,
+            "FORGE_MODEL": ctx.model,
+            "FORGE_MAX_TURNS": str(ctx.max_turns),
+            "FORGE_KEEP_SCREENSHOTS": str(self.keep_screenshots),
+            "PYTHONUNBUFFERED": "1",
+        }
+        screen = ctx.extra.get("screen")
+        if screen:
+            env["FORGE_SCREEN"] = screen
+        if self.temperature is not None:
+            env["FORGE_TEMPERATURE"] = repr(self.temperature)
+        if self.max_tokens is not None:
+            env["FORGE_MAX_TOKENS"] = str(self.max_tokens)
+        if self.settle_s is not None:
+            env["FORGE_SETTLE_S"] = repr(self.settle_s)
+        if self.system_prompt is not None:
+            env["FORGE_SYSTEM_PROMPT"] = self.system_prompt
+        return env
+
+    def command(self, ctx: AttemptContext) -> list[str]:
+        return [self.python, ctx.path(PROGRAM), ctx.instruction]
+
+    def final_answer(self, result: ExecResult) -> str | None:
+        """``final_answer`` of the last JSON line on stdout (None when there is none)."""
+        return string_field(last_json(result.stdout, lambda r: "final_answer" in r), "final_answer")
+
+    @staticmethod
+    def summary(result: ExecResult) -> dict[str, object] | None:
+        """The agent's last JSON line (``final_answer``, ``turns``, ``stop``, ``actions``,
+        ``unchanged``)."""
+        return last_json(result.stdout, lambda r: "stop" in r)
