@@ -29,6 +29,7 @@ from rewards.command import Command
 from rewards.common import AllOf, SpecError, VerifierModel, join_field
 from rewards.files import FileAbsent, FileEquals, FileExists, FileRegex
 from rewards.json_check import JsonField
+from rewards.page_state import PageState
 
 VERIFIERS: dict[str, type[VerifierModel]] = {
     cls.kind: cls
@@ -38,6 +39,7 @@ VERIFIERS: dict[str, type[VerifierModel]] = {
         FileRegex,
         FileAbsent,
         JsonField,
+        PageState,
         Command,
         AnswerEquals,
         AnswerRegex,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -14,19 +15,27 @@ from rewards.common import VerifierModel, clip, read_text
 _MISSING = object()
 
 
+def path_parts(field: str) -> list[str]:
+    """The parts of a dotted path; ``a[0].b`` is read as ``a.0.b``."""
+    return re.sub(r"\[(-?\d+)\]", r".\1", field).lstrip(".").split(".")
+
+
 def lookup(doc: Any, field: str) -> tuple[Any, str]:
-    """Follow a dotted path (``a.b.0.c``: keys of objects, indices of lists) into ``doc``.
+    """Follow a dotted path (``a.b.0.c`` or ``a.b[0].c``: keys of objects, indices of lists)
+    into ``doc``; ``length`` of a list (or of a string) is its length.
 
     Returns the value, or a sentinel and where the path stopped.
     """
     value = doc
     walked: list[str] = []
-    for part in field.split("."):
+    for part in path_parts(field):
         where = ".".join(walked) or "<root>"
         if isinstance(value, dict):
             if part not in value:
                 return _MISSING, f"no key {part!r} in {where}"
             value = value[part]
+        elif isinstance(value, (list, str)) and part == "length":
+            value = len(value)
         elif isinstance(value, list):
             try:
                 index = int(part)

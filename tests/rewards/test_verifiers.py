@@ -14,6 +14,7 @@ def test_registry_names_every_family() -> None:
         "file_regex",
         "file_absent",
         "json_field",
+        "page_state",
         "command",
         "answer_equals",
         "answer_regex",

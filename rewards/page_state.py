@@ -1,0 +1,138 @@
+"""Page state: a web application's recorded state (the JSON its state server keeps in the
+workspace, ``tasks/webapps/server.py``) holds what the task asked for.
+
+The agent's final answer plays no part: only what the application recorded (orders placed,
+mails sent, slots booked, events moved) counts::
+
+    verifier:
+      type: page_state
+      expect: {orders.length: 1, "orders[0].items[0].name": Blue mug}
+      checks:
+        - {path: "sent[0].body", contains: tuesday, ignore_case: true}
+
+Paths are those of ``json_field`` (``a.b[0].c``; ``length`` of a list), see
+:func:`rewards.json_check.lookup`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from forge.sandboxes.base import Sandbox
+from rewards.base import Verdict
+from rewards.common import VerifierModel, clip, read_text
+from rewards.json_check import _MISSING, json_equal, lookup, path_parts
+
+STATE_FILE = ".app/state.json"
+OPS = ("equals", "contains")
+
+
+def _check_path(path: str) -> str:
+    if not path.strip() or any(not p for p in path_parts(path)):
+        raise ValueError(f"path {path!r} has an empty part")
+    return path
+
+
+class Check(BaseModel):
+    """One expectation: the value at ``path`` ``equals`` a JSON value, or ``contains`` one (a
+    substring of a string, an element of a list, a key of an object)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    path: str = Field(min_length=1, description="Dotted path into the state ('a.b[0].c').")
+    equals: Any = Field(default=None, description="The expected JSON value.")
+    contains: Any = Field(default=None, description="A substring, list element or key.")
+    ignore_case: bool = Field(default=False, description="Compare strings case-insensitively.")
+
+    @field_validator("path")
+    @classmethod
+    def _path_parts(cls, v: str) -> str:
+        return _check_path(v)
+
+    @model_validator(mode="after")
+    def _one_op(self) -> Check:
+        given = [op for op in OPS if op in self.model_fields_set]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of {', '.join(OPS)} (got {len(given)})")
+        return self
+
+    @property
+    def op(self) -> str:
+        return "equals" if "equals" in self.model_fields_set else "contains"
+
+    def holds(self, value: Any) -> bool:
+        want = self.equals if self.op == "equals" else self.contains
+        fold = self.ignore_case
+
+        def same(a: Any, b: Any) -> bool:
+            if fold and isinstance(a, str) and isinstance(b, str):
+                return a.casefold() == b.casefold()
+            return json_equal(a, b)
+
+        if self.op == "equals":
+            return same(value, want)
+        if isinstance(value, str) and isinstance(want, str):
+            return want.casefold() in value.casefold() if fold else want in value
+        if isinstance(value, list):
+            return any(same(item, want) for item in value)
+        if isinstance(value, dict):
+            return any(same(key, want) for key in value)
+        return False
+
+
+class PageState(VerifierModel):
+    """Reward 1 when the app's state file parses and every expectation holds."""
+
+    kind: ClassVar[str] = "page_state"
+    path: str = Field(
+        default=STATE_FILE,
+        min_length=1,
+        description="The state file, relative to the workspace.",
+    )
+    expect: dict[str, Any] = Field(
+        default_factory=dict, description="Shorthand: path -> the JSON value it equals."
+    )
+    checks: list[Check] = Field(
+        default_factory=list, description="Expectations: {path, equals | contains, ignore_case}."
+    )
+
+    @field_validator("expect")
+    @classmethod
+    def _expect_paths(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for path in v:
+            _check_path(path)
+        return v
+
+    @model_validator(mode="after")
+    def _something_expected(self) -> PageState:
+        if not self.expect and not self.checks:
+            raise ValueError("expects nothing: give expect or checks")
+        return self
+
+    def all_checks(self) -> list[Check]:
+        shorthand = [Check(path=p, equals=v) for p, v in self.expect.items()]
+        return shorthand + list(self.checks)
+
+    def verify(self, sandbox: Sandbox, final_answer: str | None) -> Verdict:
+        text, why = read_text(sandbox, self.path)
+        if text is None:
+            return Verdict(0.0, f"no application state: {why}")
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as e:
+            return Verdict(0.0, f"{self.path} is not valid JSON: {e}")
+        checks = self.all_checks()
+        failed: list[str] = []
+        for check in checks:
+            value, why = lookup(doc, check.path)
+            want = json.dumps(check.equals if check.op == "equals" else check.contains)
+            if value is _MISSING:
+                failed.append(f"{check.path}: {why}")
+            elif not check.holds(value):
+                shown = clip(json.dumps(value, default=str))
+                failed.append(f"{check.path} is {shown}, expected it to {check.op} {clip(want)}")
+        if failed:
+            return Verdict(0.0, f"{self.path}: " + "; ".join(failed))
+        return Verdict(1.0, f"{self.path}: all {len(checks)} expectations hold")
