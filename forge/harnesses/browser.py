@@ -1,0 +1,106 @@
+"""BrowserHarness: the screenshot-driven browser agent of ``browser_agent.py`` (Chromium via
+Playwright), run by the sandbox's python3."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from forge.harnesses.base import AttemptContext, last_json, string_field
+from forge.harnesses.install import PACKAGES
+from forge.sandboxes.base import ExecResult
+
+HERE = Path(__file__).resolve().parent
+PROGRAM_DIR = "/opt/forge/harness"  # where the sandbox sees the program and its modules
+PROGRAM = f"{PROGRAM_DIR}/browser_agent.py"
+MODULES = ("browser_agent.py", "browser_page.py", "gui_actions.py", "react_agent.py")
+PLAYWRIGHT = "/opt/forge/playwright"  # the ``browser`` package's folder: on PYTHONPATH
+OBSERVATIONS = ("screenshot", "screenshot+text", "text")
+
+
+class BrowserHarness:
+    """Mounts ``browser_agent.py`` and its modules read-only under :data:`PROGRAM_DIR` and the
+    installed Playwright (``forge harness install browser``) at :data:`PLAYWRIGHT`, and runs the
+    agent with the instruction. The task's start page and screen size come from
+    ``ctx.extra["start_url"]`` and ``ctx.extra["screen"]`` ("640x480").
+
+    ``screenshots_in_context``: how many of the latest screenshots stay in the prompt (older
+    ones become a placeholder). ``observation``: what the model sees of the page each turn.
+    ``chromium``: the browser binary (default: Debian's, found inside the sandbox).
+    """
+
+    name = "browser"
+    protocol = "chat"
+
+    def __init__(
+        self,
+        python: str = "python3",
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        screenshots_in_context: int = 1,
+        observation: str = "screenshot",
+        system_prompt: str | None = None,
+        settle_s: float | None = None,
+        chromium: str | None = None,
+    ) -> None:
+        if observation not in OBSERVATIONS:
+            raise ValueError(
+                f"observation: {observation!r} is not one of {', '.join(OBSERVATIONS)}"
+            )
+        if screenshots_in_context < 1:
+            raise ValueError("screenshots_in_context must be at least 1")
+        self.python = python
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.screenshots_in_context = screenshots_in_context
+        self.observation = observation
+        self.system_prompt = system_prompt
+        self.settle_s = settle_s
+        self.chromium = chromium
+
+    def ro_mounts(self) -> dict[str, str]:
+        mounts = {str(HERE / m): f"{PROGRAM_DIR}/{m}" for m in MODULES}
+        mounts[str(PACKAGES["browser"].require())] = PLAYWRIGHT
+        return mounts
+
+    def files(self, ctx: AttemptContext) -> dict[str, str]:
+        return {}
+
+    def env(self, ctx: AttemptContext) -> dict[str, str]:
+        env = {
+            "OPENAI_BASE_URL": ctx.base_url,
+            "OPENAI_API_KEY": ctx.api_key,
+            "FORGE_MODEL": ctx.model,
+            "FORGE_MAX_TURNS": str(ctx.max_turns),
+            "FORGE_OBSERVATION": self.observation,
+            "FORGE_SCREENSHOTS_IN_CONTEXT": str(self.screenshots_in_context),
+            "PYTHONPATH": ctx.path(PLAYWRIGHT),
+            "PYTHONUNBUFFERED": "1",
+        }
+        if ctx.extra.get("start_url"):
+            env["FORGE_START_URL"] = ctx.extra["start_url"]
+        if ctx.extra.get("screen"):
+            env["FORGE_SCREEN"] = ctx.extra["screen"]
+        if self.temperature is not None:
+            env["FORGE_TEMPERATURE"] = repr(self.temperature)
+        if self.max_tokens is not None:
+            env["FORGE_MAX_TOKENS"] = str(self.max_tokens)
+        if self.system_prompt is not None:
+            env["FORGE_SYSTEM_PROMPT"] = self.system_prompt
+        if self.settle_s is not None:
+            env["FORGE_SETTLE_S"] = repr(self.settle_s)
+        if self.chromium:
+            env["FORGE_CHROMIUM"] = self.chromium
+        return env
+
+    def command(self, ctx: AttemptContext) -> list[str]:
+        return [self.python, ctx.path(PROGRAM), ctx.instruction]
+
+    def final_answer(self, result: ExecResult) -> str | None:
+        """``final_answer`` of the last JSON line on stdout (None when there is none)."""
+        return string_field(last_json(result.stdout, lambda r: "final_answer" in r), "final_answer")
+
+    @staticmethod
+    def summary(result: ExecResult) -> dict[str, object] | None:
+        """The agent's last JSON line (``final_answer``, ``turns``, ``stop``, ``actions``,
+        ``unchanged``: the actions that left the page as it was)."""
+        return last_json(result.stdout, lambda r: "stop" in r)
