@@ -6,7 +6,7 @@ GUI steps first, and prints every labelled element (``data-label``: buttons, inp
 its centre as ``x, y`` in 0..1000 (``forge.harnesses.gui_actions.from_pixels``)::
 
     .venv/bin/python scripts/gui_positions.py shop
-    .venv/bin/python scripts/gui_positions.py shop --steps '[{"action": "click", "x": 578, "y": 129}]'
+    .venv/bin/python scripts/gui_positions.py shop --steps '[{"action": "click", "x":578,"y":129}]'
     .venv/bin/python scripts/gui_positions.py mail --seed my_seed.json --screenshot /tmp/mail.png
 """
 
