@@ -33,8 +33,8 @@ from starlette.requests import Request
 from forge.config import ProxyConfig, SandboxConfig
 from forge.episode import run_attempt
 from forge.types import ChatRequest, Completion, Episode, Turn
-from serve.engines.base import ContextLengthError
-from serve.http_app import build_app, protocol_routes, request_api_key
+from serve.engines.base import ContextLengthError, ImageInputError
+from serve.http_app import build_app, image_error, protocol_routes, request_api_key
 from serve.live import LiveCompletion, stream_policy
 from serve.protocol.common import ProtocolError, WireOptions
 
@@ -277,6 +277,8 @@ class HarnessPod:
             state.reject("context_full")
             field_name = "input" if opts.protocol == "responses" else "messages"
             raise ProtocolError(400, str(e.args[0] if e.args else e), field_name) from e
+        except ImageInputError as e:  # images this model cannot take: the client's error
+            raise image_error(e) from e
         except Exception as e:
             state.errors.append(f"{type(e).__name__}: {e}")
             raise ProtocolError(502, f"policy error: {type(e).__name__}: {e}") from e

@@ -79,6 +79,11 @@ class ProxyConfig(_Strict):
     max_body_bytes: int = Field(
         8 * 1024 * 1024, ge=1024, description="Largest request body the proxy accepts."
     )
+    max_image_bytes: int = Field(
+        10 * 1024 * 1024,
+        ge=1,
+        description="Largest image (decoded bytes) a request may carry; a larger one is a 400.",
+    )
     max_turns_per_attempt: int = Field(
         200, ge=1, description="Model calls one attempt may make before it gets 429."
     )

@@ -24,6 +24,36 @@ class ToolCall:
 
 
 @dataclass
+class TextPart:
+    """A text piece of a message's content."""
+
+    text: str
+
+
+@dataclass
+class ImagePart:
+    """An image in a message's content: the exact bytes the client sent, their mime type and
+    sha256 (the content address episodes record instead of the bytes).
+
+    ``field`` is the wire path it came from (``messages[3].content[1].image_url.url``), so a
+    model that takes no images can refuse it by name; ``data`` may be empty where only the
+    reference travels (a recorded request).
+    """
+
+    mime: str
+    sha256: str
+    data: bytes = b""
+    field: str = ""
+
+
+def image_part(data: bytes, mime: str, field: str = "") -> ImagePart:
+    """An :class:`ImagePart` for ``data``, with its sha256 computed."""
+    import hashlib
+
+    return ImagePart(mime=mime, sha256=hashlib.sha256(data).hexdigest(), data=data, field=field)
+
+
+@dataclass
 class Message:
     """A chat message in OpenAI chat-completions form.
 
@@ -31,6 +61,10 @@ class Message:
     tool messages carry the ``tool_call_id`` they answer and optionally the tool ``name``, and
     ``is_error`` when the client flagged the result as an error (Anthropic's ``is_error``; it
     does not change the rendered prompt).
+
+    ``parts`` is the content in order, text and images, when the message holds an image
+    (None for text only); ``content`` is then still the joined text, so text-only code reads
+    it as before.
     """
 
     role: str
@@ -39,6 +73,12 @@ class Message:
     tool_call_id: str | None = None
     name: str | None = None
     is_error: bool = False
+    parts: list[TextPart | ImagePart] | None = None
+
+    @property
+    def images(self) -> list[ImagePart]:
+        """The message's images, in order."""
+        return [p for p in self.parts or [] if isinstance(p, ImagePart)]
 
 
 @dataclass
@@ -77,6 +117,11 @@ class ChatRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     model: str = ""
     script: dict[str, Any] | None = None
+
+    @property
+    def images(self) -> list[ImagePart]:
+        """Every image of the conversation, in prompt order."""
+        return [image for m in self.messages for image in m.images]
 
 
 @dataclass
@@ -119,6 +164,7 @@ class Turn:
     sampling_overridden: dict[str, Any] = field(default_factory=dict)  # asked for, replaced
     delivered: bool = True  # False: the client had gone before the answer reached it
     invalid_tool_calls: int = 0  # tool-call blocks in the text that did not parse
+    images: list[str] = field(default_factory=list)  # sha256 of each prompt image, in order
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -164,6 +210,15 @@ class Episode:
     duration_s: float = 0.0
     harness_exit_code: int | None = None
     harness_log: str = ""
+    # The pixels of the turns' images by sha256: kept in memory, written beside the episode
+    # file (``images/<sha256>.<ext>``), never into its JSON line (see :meth:`to_dict`).
+    images: dict[str, ImagePart] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        images, self.images = self.images, {}
+        try:
+            out = asdict(self)
+        finally:
+            self.images = images
+        del out["images"]
+        return out

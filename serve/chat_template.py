@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from forge.types import Message, Tool, ToolCall
+from forge.types import Message, TextPart, Tool, ToolCall
 
 TOOLS_PREAMBLE = (
     "\n\n# Tools\n\nYou can call functions to help with the task. Their signatures are listed "
@@ -27,6 +27,11 @@ TOOLS_PREAMBLE = (
     "\n</tool_call>"
 )
 DEFAULT_SYSTEM = "You are a helpful assistant."
+# An image in a prompt, where it stands (Qwen2-VL's form); the Policy of a vision model expands
+# the pad token to as many as the image processor gives that image.
+IMAGE_PAD = "<|image_pad|>"
+VISION_TOKENS = ["<|vision_start|>", IMAGE_PAD, "<|vision_end|>"]
+IMAGE_PLACEHOLDER = "".join(VISION_TOKENS)
 _CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 
 
@@ -50,6 +55,23 @@ def render_assistant(content: str, tool_calls: list[ToolCall]) -> str:
     return "\n".join(parts)
 
 
+def message_text(m: Message) -> str:
+    """A user, system or tool message's body: its text, with each image's placeholder where
+    the image stands (text parts joined with newlines, as ``content`` joins them)."""
+    if not m.parts:
+        return m.content
+    out: list[str] = []
+    after_text = False
+    for part in m.parts:
+        if isinstance(part, TextPart):
+            out.append(("\n" if after_text else "") + part.text)
+            after_text = True
+        else:
+            out.append(IMAGE_PLACEHOLDER)
+            after_text = False
+    return "".join(out)
+
+
 def render(messages: list[Message], tools: list[Tool], add_generation_prompt: bool = True) -> str:
     """The prompt text for ``messages`` and ``tools``; tokenize it with special tokens parsed.
 
@@ -60,7 +82,7 @@ def render(messages: list[Message], tools: list[Tool], add_generation_prompt: bo
     msgs = list(messages)
     system = DEFAULT_SYSTEM
     if msgs and msgs[0].role == "system":
-        system = msgs.pop(0).content
+        system = message_text(msgs.pop(0))
     if tools:
         system += TOOLS_PREAMBLE.format(tools="\n".join(tool_json(t) for t in tools))
     out = [f"<|im_start|>system\n{system}<|im_end|>\n"]
@@ -71,11 +93,13 @@ def render(messages: list[Message], tools: list[Tool], add_generation_prompt: bo
             # Consecutive tool results share one user turn, as in Qwen's template.
             blocks = []
             while i < len(msgs) and msgs[i].role == "tool":
-                blocks.append(f"<tool_response>\n{msgs[i].content}\n</tool_response>")
+                blocks.append(f"<tool_response>\n{message_text(msgs[i])}\n</tool_response>")
                 i += 1
             out.append("<|im_start|>user\n" + "\n".join(blocks) + "<|im_end|>\n")
             continue
-        body = render_assistant(m.content, m.tool_calls) if m.role == "assistant" else m.content
+        body = (
+            render_assistant(m.content, m.tool_calls) if m.role == "assistant" else message_text(m)
+        )
         out.append(f"<|im_start|>{m.role}\n{body}<|im_end|>\n")
         i += 1
     if add_generation_prompt:

@@ -25,11 +25,12 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from forge.types import ChatRequest, Completion
-from serve.engines.base import ContextLengthError
+from serve.engines.base import ContextLengthError, ImageInputError
 from serve.live import LiveCompletion
 from serve.protocol import anthropic, chat, responses
 from serve.protocol.body import parse_body
 from serve.protocol.common import ProtocolError, WireOptions, WireProtocol, error_body
+from serve.protocol.images import ImageOptions, image_options
 
 log = logging.getLogger(__name__)
 
@@ -155,8 +156,17 @@ async def _events(chunks: AsyncIterator[bytes], path: str) -> AsyncIterator[byte
 _UNAUTHORIZED = object()  # the context of a request that was refused before authorisation
 
 
+def image_error(e: ImageInputError) -> ProtocolError:
+    """The 400 for images the model cannot take, naming the image's field (``e`` may be
+    Ray's wrapper of it: its attributes reach the cause)."""
+    return ProtocolError(400, f"{e.field}: {e.problem}", e.field)
+
+
 def _generation_endpoint(
-    protocol: WireProtocol, backend: Backend, max_body_bytes: int
+    protocol: WireProtocol,
+    backend: Backend,
+    max_body_bytes: int,
+    images: ImageOptions | None = None,
 ) -> Callable[[Request], Awaitable[Response]]:
     module = _MODULES[protocol]
 
@@ -165,15 +175,21 @@ def _generation_endpoint(
         try:
             ctx = await backend.authorize(request)
             body = await read_json_body(request, max_body_bytes)
-            chat_request, opts = module.parse_request(body)
+            with image_options(images):
+                chat_request, opts = module.parse_request(body)
             if not opts.stream:
                 completion = await backend.generate(ctx, chat_request, opts, body)
                 return JSONResponse(module.render_response(completion, opts))
             live = LiveCompletion()
             _start_stream(backend, live, ctx, chat_request, opts, body)
             await live.started()  # errors before the first event are answered as errors
-        except (ProtocolError, ContextLengthError) as e:
-            err = context_error(protocol, e) if isinstance(e, ContextLengthError) else e
+        except (ProtocolError, ContextLengthError, ImageInputError) as e:
+            if isinstance(e, ContextLengthError):
+                err = context_error(protocol, e)
+            elif isinstance(e, ImageInputError):
+                err = image_error(e)
+            else:
+                err = e
             if ctx is not _UNAUTHORIZED and 400 <= err.status < 500:
                 await backend.refused(ctx, err)
             return error_response(protocol, err)
@@ -192,14 +208,18 @@ def _internal(e: Exception) -> ProtocolError:
 
 
 def _count_tokens_endpoint(
-    backend: Backend, max_body_bytes: int
+    backend: Backend, max_body_bytes: int, images: ImageOptions | None = None
 ) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
         ctx: Any = _UNAUTHORIZED
         try:
             ctx = await backend.authorize(request)
             body = await read_json_body(request, max_body_bytes)
-            count = await backend.count_tokens(ctx, anthropic.parse_count_tokens(body))
+            with image_options(images):
+                chat_request = anthropic.parse_count_tokens(body)
+            count = await backend.count_tokens(ctx, chat_request)
+        except ImageInputError as e:
+            return error_response("anthropic", image_error(e))
         except ProtocolError as err:
             if ctx is not _UNAUTHORIZED and 400 <= err.status < 500:
                 await backend.refused(ctx, err)
@@ -251,31 +271,35 @@ def _models_endpoint(backend: Backend) -> Callable[[Request], Awaitable[Response
 
 
 def protocol_routes(
-    prefix: str, backend: Backend, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    prefix: str,
+    backend: Backend,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    images: ImageOptions | None = None,
 ) -> list[BaseRoute]:
     """The five routes under ``prefix`` (``""`` or e.g.
     ``"/episodes/{episode_id}/attempts/{attempt:int}"``; path parameters reach the backend
-    through ``request.path_params``)."""
+    through ``request.path_params``). ``images`` bounds the images requests may carry (None:
+    :class:`~serve.protocol.images.ImageOptions`' defaults, no local files)."""
     prefix = prefix.rstrip("/")
     return [
         Route(
             f"{prefix}/v1/chat/completions",
-            _generation_endpoint("chat", backend, max_body_bytes),
+            _generation_endpoint("chat", backend, max_body_bytes, images),
             methods=["POST"],
         ),
         Route(
             f"{prefix}/v1/responses",
-            _generation_endpoint("responses", backend, max_body_bytes),
+            _generation_endpoint("responses", backend, max_body_bytes, images),
             methods=["POST"],
         ),
         Route(
             f"{prefix}/v1/messages",
-            _generation_endpoint("anthropic", backend, max_body_bytes),
+            _generation_endpoint("anthropic", backend, max_body_bytes, images),
             methods=["POST"],
         ),
         Route(
             f"{prefix}/v1/messages/count_tokens",
-            _count_tokens_endpoint(backend, max_body_bytes),
+            _count_tokens_endpoint(backend, max_body_bytes, images),
             methods=["POST"],
         ),
         Route(f"{prefix}/v1/models", _models_endpoint(backend), methods=["GET"]),

@@ -41,7 +41,7 @@ from serve.batching import MicroBatcher
 from serve.chat_template import ParsedText, parse_completion, render
 from serve.collective import Receiver
 from serve.engines import EngineOutput, EngineRequest, make_engine
-from serve.engines.base import admit
+from serve.engines.base import ImageInputError, admit
 from serve.live import safe_content
 from serve.weight_sync import subscribe
 
@@ -83,6 +83,7 @@ class Policy:
         none raises :class:`ContextLengthError` (this request fails, no other)."""
         if chat.sampling.max_tokens <= 0:
             chat.sampling.max_tokens = self.config.default_max_tokens
+        self._check_images(chat)
         prompt_ids = self.tokenize_prompt(chat)
         limit = getattr(self.engine, "max_context", None)
         max_tokens = admit(len(prompt_ids), chat.sampling.max_tokens, limit)
@@ -90,6 +91,14 @@ class Policy:
         if max_tokens != sampling.max_tokens:
             sampling = dataclasses.replace(sampling, max_tokens=max_tokens)
         return EngineRequest(prompt_ids, sampling, chat)
+
+    def _check_images(self, chat: ChatRequest) -> None:
+        """A text-only model refuses a request with images, naming the first one's field; an
+        engine that does not say (``takes_images`` unset: the scripted test double, which plays
+        scripts) ignores them."""
+        images = chat.images
+        if images and getattr(self.engine, "takes_images", None) is False:
+            raise ImageInputError(f"model {self.model_name()!r} takes no images", images[0].field)
 
     def _complete(
         self, chat: ChatRequest, request: EngineRequest, out: EngineOutput, version: int

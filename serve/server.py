@@ -20,6 +20,7 @@ from forge.types import ChatRequest, Completion
 from serve.http_app import build_app, protocol_routes, request_api_key
 from serve.live import LiveCompletion, stream_policy
 from serve.protocol.common import ProtocolError, WireOptions
+from serve.protocol.images import ImageOptions
 
 
 class PolicyFrontend:
@@ -83,9 +84,12 @@ def make_app(
     api_key: str | None = None,
     script: dict[str, Any] | None = None,
     max_body_bytes: int = 8 << 20,
+    images: ImageOptions | None = None,
 ) -> Starlette:
+    """The standalone server's app; ``images`` bounds request images (and may allow a local
+    directory for ``file://`` image URLs)."""
     frontend = PolicyFrontend(policy, model, api_key, script)
-    return build_app(protocol_routes("", frontend, max_body_bytes))
+    return build_app(protocol_routes("", frontend, max_body_bytes, images))
 
 
 def run_server(app: Starlette, host: str = "127.0.0.1", port: int = 8000) -> None:

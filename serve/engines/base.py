@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from forge.types import ChatRequest, SamplingParams
+from forge.types import ChatRequest, ImagePart, SamplingParams
 
 
 @dataclass
@@ -13,12 +13,17 @@ class EngineRequest:
     """One generation: the rendered prompt's token ids and how to sample.
 
     ``chat`` is the request the prompt was rendered from; only the ``scripted`` test double reads
-    it (a real model sees nothing but ``prompt_ids``).
+    it (a real model sees nothing but ``prompt_ids`` and, for a vision model, ``images``).
+    ``images`` are the prompt's images in order, one per run of image pad tokens, and
+    ``vision`` what the model's image processor made of them (``pixel_values``,
+    ``image_grid_thw``), computed once by the Policy when it expanded the pads.
     """
 
     prompt_ids: list[int]
     sampling: SamplingParams
     chat: ChatRequest | None = None
+    images: list[ImagePart] = field(default_factory=list)
+    vision: dict[str, Any] | None = None
 
 
 @dataclass
@@ -59,6 +64,21 @@ class ContextLengthError(ValueError):
 
     def __reduce__(self) -> tuple[Any, ...]:  # picklable across Ray with its attributes
         return (type(self), (self.prompt_tokens, self.max_tokens, self.limit))
+
+
+class ImageInputError(ValueError):
+    """A request whose images the model cannot take: a text-only model, or a prompt whose image
+    placeholders do not match its images. ``field`` names the image (or the conversation)
+    on the wire; the HTTP app answers it with a 400 naming that field. Picklable across Ray
+    with its attributes, like :class:`ContextLengthError`."""
+
+    def __init__(self, problem: str, field: str = "messages") -> None:
+        self.problem = problem
+        self.field = field or "messages"
+        super().__init__(f"{self.field}: {problem}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.problem, self.field))
 
 
 def admit(prompt_tokens: int, max_tokens: int, limit: int | None) -> int:

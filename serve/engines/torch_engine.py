@@ -38,6 +38,7 @@ class TorchEngine:
         positions = getattr(self.model.config, "max_position_embeddings", None) or 8192
         self.max_context: int = min(max_context or positions, positions)
         self.eos_ids = {self.tokenizer.eos_token_id}
+        self.takes_images = False
         self._lock = threading.Lock()  # one batch or one weight load at a time
 
     async def generate(self, requests: list[EngineRequest]) -> list[EngineOutput]:

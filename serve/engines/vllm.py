@@ -58,6 +58,7 @@ def checkpoint_dir(model: str, seed: int = 0) -> Path:
 
 class VllmEngine:
     continuous = True  # the Policy sends each request on its own, not in micro-batches
+    takes_images = False  # text models only here: a request with images is refused
 
     def __init__(
         self,

@@ -20,8 +20,11 @@ What a request may hold, and how it reaches the chat template:
   training samples without it), ``thinking``, ``service_tier``, ``container``, ``mcp_servers``,
   ``output_config`` and any other top-level field, and tools with a ``type`` other than
   ``custom`` (server tools such as ``web_search_...``: the model is not offered them).
-- Refused with a 400 naming the block: image, document and other media blocks (the policy reads
-  text), and the blocks of server tools in history (``server_tool_use``,
+- ``image`` blocks (base64 sources) in user messages and in ``tool_result`` content become
+  image parts of the message (:mod:`serve.protocol.images`); elsewhere (system, assistant)
+  they are refused.
+- Refused with a 400 naming the block: document and other media blocks (the policy reads
+  text and images), and the blocks of server tools in history (``server_tool_use``,
   ``web_search_tool_result``, ...): this proxy runs none, so they come from a transcript of
   another model that it cannot continue as written.
 """
@@ -32,7 +35,16 @@ import json
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from forge.types import ChatRequest, Completion, Message, SamplingParams, Tool, ToolCall
+from forge.types import (
+    ChatRequest,
+    Completion,
+    ImagePart,
+    Message,
+    SamplingParams,
+    TextPart,
+    Tool,
+    ToolCall,
+)
 from serve.protocol.common import (
     ProtocolError,
     WireOptions,
@@ -49,6 +61,7 @@ from serve.protocol.common import (
     req_str,
     sse_event,
 )
+from serve.protocol.images import anthropic_image
 
 if TYPE_CHECKING:
     from serve.live import LiveCompletion
@@ -152,19 +165,34 @@ def _refuse(kind: Any, type_path: str, where: str) -> ProtocolError:
 
 def _text(content: Any, path: str, *, allow_none: bool = False) -> str:
     """A string, or a list of text blocks: their non-empty texts joined with newlines."""
+    return _content(content, path, allow_none=allow_none, images=False)[0]
+
+
+def _content(
+    content: Any, path: str, *, allow_none: bool = False, images: bool = True
+) -> tuple[str, list[TextPart | ImagePart] | None]:
+    """A string, or a list of text (and, with ``images``, image) blocks: the non-empty texts
+    joined with newlines, and the parts in order when there is an image (else None)."""
     if content is None and allow_none:
-        return ""
+        return "", None
     if isinstance(content, str):
-        return content
+        return content, None
     texts: list[str] = []
+    parts: list[TextPart | ImagePart] = []
     for i, block in enumerate(_blocks(content, path)):
         block_path = at(path, i)
-        if block.get("type") != "text":
-            raise _refuse(block.get("type"), at(block_path, "type"), "text content")
+        kind = block.get("type")
+        if kind == "image" and images:
+            parts.append(anthropic_image(block, block_path))
+            continue
+        if kind != "text":
+            raise _refuse(kind, at(block_path, "type"), "text content")
         text = req_str(block, "text", block_path)
         if text:
             texts.append(text)
-    return "\n".join(texts)
+            parts.append(TextPart(text))
+    has_image = any(isinstance(p, ImagePart) for p in parts)
+    return "\n".join(texts), parts if has_image else None
 
 
 def _parse_message(raw: Any, path: str, call_names: dict[str, str]) -> list[Message]:
@@ -181,6 +209,7 @@ def _parse_message(raw: Any, path: str, call_names: dict[str, str]) -> list[Mess
         system = _text(msg["content"], content_path)
         return [Message(role="system", content=system)] if system else []
     texts: list[str] = []
+    parts: list[TextPart | ImagePart] = []
     calls: list[ToolCall] = []
     results: list[Message] = []
     for i, block in enumerate(_blocks(msg["content"], content_path)):
@@ -190,6 +219,9 @@ def _parse_message(raw: Any, path: str, call_names: dict[str, str]) -> list[Mess
             text = req_str(block, "text", block_path)
             if text:
                 texts.append(text)
+                parts.append(TextPart(text))
+        elif kind == "image" and role == "user":
+            parts.append(anthropic_image(block, block_path))
         elif kind == "tool_use" and role == "assistant":
             call_id = req_str(block, "id", block_path, non_empty=True)
             name = req_str(block, "name", block_path, non_empty=True)
@@ -199,10 +231,19 @@ def _parse_message(raw: Any, path: str, call_names: dict[str, str]) -> list[Mess
         elif kind == "tool_result" and role == "user":
             call_id = req_str(block, "tool_use_id", block_path, non_empty=True)
             is_error = opt_bool(block, "is_error", block_path) is True
-            body = _text(block.get("content"), at(block_path, "content"), allow_none=True)
+            body, body_parts = _content(
+                block.get("content"), at(block_path, "content"), allow_none=True
+            )
             name = call_names.get(call_id)
             results.append(
-                Message("tool", body, tool_call_id=call_id, name=name, is_error=is_error)
+                Message(
+                    "tool",
+                    body,
+                    tool_call_id=call_id,
+                    name=name,
+                    is_error=is_error,
+                    parts=body_parts,
+                )
             )
         elif isinstance(kind, str) and kind in _IGNORED_BLOCKS:
             continue
@@ -211,9 +252,10 @@ def _parse_message(raw: Any, path: str, call_names: dict[str, str]) -> list[Mess
     text = "\n".join(texts)
     if role == "assistant":
         return [Message(role="assistant", content=text, tool_calls=calls)]
-    if results and not texts:
+    if results and not parts:
         return results
-    return [*results, Message(role="user", content=text)]
+    has_image = any(isinstance(p, ImagePart) for p in parts)
+    return [*results, Message(role="user", content=text, parts=parts if has_image else None)]
 
 
 def _parse_tools(raw: Any) -> list[Tool]:

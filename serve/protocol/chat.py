@@ -11,6 +11,7 @@ from serve.protocol.common import (
     SSE_DONE,
     WireOptions,
     at,
+    content_parts,
     expect_dict,
     expect_list,
     invalid,
@@ -25,11 +26,13 @@ from serve.protocol.common import (
     sse_data,
     text_content,
 )
+from serve.protocol.images import chat_image
 
 if TYPE_CHECKING:
     from serve.live import LiveCompletion
 
 _ROLES = ("system", "developer", "user", "assistant", "tool")
+_IMAGES = {"image_url": chat_image}  # image parts, in user and tool messages
 
 
 def parse_request(body: dict[str, Any]) -> tuple[ChatRequest, WireOptions]:
@@ -84,13 +87,13 @@ def _parse_message(raw: Any, path: str) -> Message:
         return Message(role="assistant", content=content, tool_calls=calls)
     if "content" not in msg:
         raise invalid(content_path, "is required")
-    content = text_content(msg["content"], content_path, ("text",))
+    images = _IMAGES if role in ("user", "tool") else None
+    content, parts = content_parts(msg["content"], content_path, ("text",), images)
     if role == "tool":
         call_id = req_str(msg, "tool_call_id", path)
-        return Message(
-            role="tool", content=content, tool_call_id=call_id, name=opt_str(msg, "name", path)
-        )
-    return Message(role="system" if role == "developer" else role, content=content)
+        name = opt_str(msg, "name", path)
+        return Message("tool", content, tool_call_id=call_id, name=name, parts=parts)
+    return Message(role="system" if role == "developer" else role, content=content, parts=parts)
 
 
 def _parse_tool_calls(raw: Any, path: str) -> list[ToolCall]:

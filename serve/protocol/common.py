@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from forge.types import ImagePart, TextPart
 
 WireProtocol = Literal["chat", "responses", "anthropic"]
 
@@ -330,29 +333,55 @@ _MEDIA_PARTS = (  # a tuple: a client's unhashable value is just not in it
 )
 
 
+ImageParser = Callable[[dict[str, Any], str], ImagePart]
+
+
 def text_content(
     value: Any, path: str, text_types: tuple[str, ...] = ("text",), *, allow_none: bool = False
 ) -> str:
     """Message content as a string, or a list of text parts joined with newlines.
 
-    Media parts (images, files, audio) are refused with a 400: the policy reads text only.
+    Media parts (images, files, audio) are refused with a 400: this content is text only.
+    """
+    return content_parts(value, path, text_types, allow_none=allow_none)[0]
+
+
+def content_parts(
+    value: Any,
+    path: str,
+    text_types: tuple[str, ...] = ("text",),
+    images: dict[str, ImageParser] | None = None,
+    *,
+    allow_none: bool = False,
+) -> tuple[str, list[TextPart | ImagePart] | None]:
+    """Message content as ``(joined text, parts)``: a string, or a list of text parts (joined
+    with newlines) and image parts of the kinds ``images`` maps to their parsers. ``parts``
+    is the content in order when it holds an image, else None.
+
+    Other media parts (files, audio; images where ``images`` lacks the kind) are a 400.
     """
     if value is None and allow_none:
-        return ""
+        return "", None
     if isinstance(value, str):
-        return value
+        return value, None
     if not isinstance(value, list):
         raise invalid(path, "expected string or list of content parts")
-    texts = []
+    texts: list[str] = []
+    parts: list[TextPart | ImagePart] = []
     for i, part in enumerate(value):
         part_path = at(path, i)
         part = expect_dict(part, part_path)
         kind = part.get("type")
         if kind in text_types:
-            texts.append(req_str(part, "text", part_path))
+            text = req_str(part, "text", part_path)
+            texts.append(text)
+            parts.append(TextPart(text))
+        elif images and isinstance(kind, str) and kind in images:
+            parts.append(images[kind](part, part_path))
         elif kind in _MEDIA_PARTS:
-            raise invalid(at(part_path, "type"), f"{kind!r} content is not supported (text only)")
+            raise invalid(at(part_path, "type"), f"{kind!r} content is not supported here")
         else:
-            wanted = " or ".join(repr(t) for t in text_types)
+            wanted = " or ".join(repr(t) for t in (*text_types, *(images or {})))
             raise invalid(at(part_path, "type"), f"expected {wanted}, got {kind!r}")
-    return "\n".join(texts)
+    has_image = any(isinstance(p, ImagePart) for p in parts)
+    return "\n".join(texts), parts if has_image else None

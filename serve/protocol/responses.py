@@ -25,6 +25,7 @@ from serve.protocol.common import (
     NAMESPACE_SEP,
     WireOptions,
     at,
+    content_parts,
     custom_arguments,
     custom_input,
     custom_input_schema,
@@ -41,8 +42,8 @@ from serve.protocol.common import (
     req_str,
     split_kind,
     sse_event,
-    text_content,
 )
+from serve.protocol.images import responses_image
 
 if TYPE_CHECKING:
     from serve.live import LiveCompletion
@@ -52,6 +53,7 @@ GRAMMAR_CHARS = 4000
 
 _ROLES = ("user", "system", "developer", "assistant")
 _TEXT_PARTS = ("input_text", "output_text", "text")
+_IMAGES = {"input_image": responses_image}  # in user messages and function call outputs
 # History items that carry nothing the policy can read back; skipped.
 _SKIPPED_ITEMS = (  # a tuple: a client's unhashable value is just not in it
     "reasoning",
@@ -146,9 +148,9 @@ def _parse_input(raw: Any) -> list[Message]:
             call_id = req_str(item, "call_id", path)
             if item.get("output") is None:
                 raise invalid(at(path, "output"), "is required")
-            content = text_content(item["output"], at(path, "output"), _TEXT_PARTS)
+            content, parts = content_parts(item["output"], at(path, "output"), _TEXT_PARTS, _IMAGES)
             name = call_names.get(call_id)
-            out.append(Message(role="tool", content=content, tool_call_id=call_id, name=name))
+            out.append(Message("tool", content, tool_call_id=call_id, name=name, parts=parts))
         elif kind in _SKIPPED_ITEMS:
             continue
         elif kind is None:
@@ -164,8 +166,9 @@ def _parse_message(item: dict[str, Any], path: str) -> Message:
         raise invalid(at(path, "role"), f"expected one of {', '.join(_ROLES)}, got {role!r}")
     if item.get("content") is None:
         raise invalid(at(path, "content"), "is required")
-    content = text_content(item["content"], at(path, "content"), _TEXT_PARTS)
-    return Message(role="system" if role == "developer" else role, content=content)
+    images = _IMAGES if role == "user" else None
+    content, parts = content_parts(item["content"], at(path, "content"), _TEXT_PARTS, images)
+    return Message(role="system" if role == "developer" else role, content=content, parts=parts)
 
 
 def _parse_call(item: dict[str, Any], path: str, *, custom: bool) -> ToolCall:

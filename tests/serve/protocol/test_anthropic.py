@@ -108,8 +108,8 @@ def _msgs(*content):
         ),
         (
             {"model": "m", "max_tokens": 5, "messages": _msgs({"type": "image", "source": {}})},
-            "messages[0].content[0].type",
-            "not supported",
+            "messages[0].content[0].source.type",
+            "expected 'base64'",
         ),
         (
             {
@@ -119,8 +119,8 @@ def _msgs(*content):
                     {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "image"}]}
                 ),
             },
-            "messages[0].content[0].content[0].type",
-            "not supported",
+            "messages[0].content[0].content[0].source",
+            "expected an object",
         ),
         (
             {"model": "m", "max_tokens": 5, "messages": _msgs({"type": "tool_use", "id": "x"})},
@@ -258,4 +258,4 @@ def test_sdk_sees_anthropic_error_format(kit):
         asyncio.run(run())
     assert info.value.body["type"] == "error"
     assert info.value.body["error"]["type"] == "invalid_request_error"
-    assert "messages[0].content[0].type" in info.value.body["error"]["message"]
+    assert "messages[0].content[0].source.type" in info.value.body["error"]["message"]

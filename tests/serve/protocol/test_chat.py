@@ -113,8 +113,8 @@ def test_parse_defaults_and_max_tokens():
         ),
         (
             _body(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]),
-            "messages[0].content[0].type",
-            "not supported",
+            "messages[0].content[0].image_url.url",
+            "required",
         ),
         (
             _body(messages=[{"role": "tool", "content": "x"}]),

@@ -153,7 +153,7 @@ def test_grammar_is_truncated():
         ({"model": "m", "input": [{"role": "user", "content": 1}]}, "input[0].content"),
         (
             {"model": "m", "input": [{"role": "user", "content": [{"type": "input_image"}]}]},
-            "input[0].content[0].type",
+            "input[0].content[0].image_url",
         ),
         ({"model": "m", "input": [{"type": "function_call", "name": "f"}]}, "input[0].call_id"),
         (
