@@ -1,7 +1,8 @@
 """The ``scripted`` engine: a test double for the *model* (an oracle), never for anything else.
 
 It plays the attempt's reference solution (set on the request by the HarnessPod from the task)
-through whatever shell- or file-writing tool the harness offers, one step per model call, then
+through whatever shell- or file-writing tool the harness offers (a GUI step through the GUI tool
+of its action's name: :mod:`serve.engines.scripted_gui`), one step per model call, then
 answers (through a ``finish``-style tool if there is one). With no script, or ``mode="noop"``,
 it never calls a tool. Its text is tokenized with the configured model's tokenizer, so its
 records have exactly the shape of a real model's.
@@ -28,6 +29,7 @@ from typing import Any
 from forge.types import ChatRequest, Message, Tool, ToolCall
 from serve.chat_template import render_assistant
 from serve.engines.base import EngineOutput, EngineRequest
+from serve.engines.scripted_gui import gui_call, is_gui_step
 from serve.engines.scripted_tools import (
     DEFAULT_WORKSPACE,
     Writer,
@@ -70,7 +72,11 @@ def step_calls(
 ) -> list[ToolCall]:
     """The ways to perform one solution step with the tools on offer, best first: for a file
     step, the write tool with its path convention, then the shell (or, with no shell, the write
-    tool with the other convention); for a command, the shell. Empty: no tool can do it."""
+    tool with the other convention); for a command, the shell; for a GUI action, the GUI tool of
+    its name (:mod:`serve.engines.scripted_gui`). Empty: no tool can do it."""
+    if is_gui_step(step):
+        call = gui_call(step, tools, call_id)
+        return [call] if call else []
     if not isinstance(step, dict):
         call = _shell_call(tools, str(step), call_id)
         return [call] if call else []
