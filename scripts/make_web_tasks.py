@@ -23,18 +23,10 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gui_positions import (
-    ROOT,
-    free_port,
-    launch_browser,
-    new_page,
-    play,
-    positions,
-    serve,
-    settle,
-)
+from gui_positions import ROOT, free_port, serve
 
 from rewards import verify
+from tasks.gui_play import launch_browser, new_page, play, positions, settle
 
 OUT = ROOT / "tasks" / "data" / "web"
 PORTS = {"shop": 8765, "mail": 8766, "booking": 8767, "calendar": 8768}
