@@ -2,11 +2,12 @@
 solution played with Playwright's mouse and keyboard at its 0..1000 coordinates in headless
 Chromium makes its ``page_state`` verifier score 1, and the app's untouched state scores 0.
 
-One browser page for the whole module; each task gets a fresh workspace, its own launcher (services
-on a free port instead of the task's fixed one: several test runs may share this host), and
-navigates the page to it. The launcher's harness is a wait for a file outside the workspace, so the services
-stay up while the test plays and are stopped by the launcher when it is touched. The test then
-reads the state the app wrote into the workspace, as the verifier does after an episode.
+One browser page for the whole module. Each task gets a fresh workspace and its own launcher
+(services on a free port instead of the task's fixed one: several test runs may share this
+host), and the page navigates to it. The launcher's harness is a wait for a file outside the
+workspace, so the services stay up while the test plays and are stopped by the launcher when it
+is touched. The test then reads the state the app wrote into the workspace, as the verifier
+does after an episode.
 """
 
 from __future__ import annotations
