@@ -158,6 +158,21 @@ class Desktop:
             raise ActionError(f"{argv[0]} exited {proc.returncode}: {err}")
         return proc.stdout.decode(errors="replace")
 
+    def wait_for_window(self, timeout_s: float = 10.0) -> bool:
+        """Wait until some application window is shown (the task's applications start with
+        the harness), then let it draw; True when one was."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                if self._run(["xdotool", "search", "--onlyvisible", "--name", "."]).strip():
+                    time.sleep(max(self.settle_s, 0.3))
+                    return True
+            except ActionError:
+                pass  # xdotool search exits 1 while nothing matches
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+
     def screenshot(self) -> bytes:
         """The whole screen as PNG bytes."""
         try:
@@ -234,6 +249,22 @@ class Desktop:
         known = ", ".join(DESKTOP_ACTIONS)
         raise ActionError(f"unknown tool {name!r}; tools: {known}")
 
+    def settled_screenshot(self, most_s: float = 2.0) -> bytes:
+        """A screenshot once the screen has settled: after ``settle_s``, taken again every
+        0.1 s until three in a row are the same, for at most ``most_s`` more (an animation
+        never settles), so a slow application has drawn what the last action did."""
+        time.sleep(self.settle_s)
+        shot = self.screenshot()
+        digest, same = pixel_digest(shot), 0
+        deadline = time.monotonic() + most_s
+        while same < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            shot = self.screenshot()
+            again = pixel_digest(shot)
+            same = same + 1 if again == digest else 0
+            digest = again
+        return shot
+
     def act(self, name: str, args: dict[str, Any], before: bytes | None) -> tuple[str, bytes]:
         """Carry out one action and take the screenshot after it: (result text, screenshot).
         The text says whether the screen changed against ``before``; a failed action's text
@@ -242,9 +273,7 @@ class Desktop:
             did = self.perform(name, args)
         except ActionError as e:
             did = f"error: {e}"
-        if self.settle_s > 0:
-            time.sleep(self.settle_s)
-        after = self.screenshot()
+        after = self.settled_screenshot()
         if before is None:
             return did, after
         changed = pixel_digest(before) != pixel_digest(after)

@@ -6,9 +6,10 @@ environment: DISPLAY, OPENAI_BASE_URL (ends in /v1), OPENAI_API_KEY, FORGE_MODEL
 FORGE_MAX_TURNS (default 20), FORGE_SCREEN ("WxH"; default: the display's size),
 FORGE_KEEP_SCREENSHOTS (how many of the latest screenshots stay in the conversation, default 1;
 0: none are sent, the model reads the text results only), FORGE_SETTLE_S (seconds to let the
-screen settle after an action, default 0.3), optional FORGE_TEMPERATURE, FORGE_MAX_TOKENS,
-FORGE_REQUEST_TIMEOUT (s, default 600) and FORGE_SYSTEM_PROMPT. The instruction is argv[1] or
-FORGE_INSTRUCTION.
+screen settle after an action, default 0.3), FORGE_WINDOW_WAIT_S (most seconds to wait for the
+task's first window before the first screenshot, default 10), optional FORGE_TEMPERATURE,
+FORGE_MAX_TOKENS, FORGE_REQUEST_TIMEOUT (s, default 600) and FORGE_SYSTEM_PROMPT. The
+instruction is argv[1] or FORGE_INSTRUCTION.
 
 Each turn it sends the conversation with the latest screenshot as an ``image_url`` data-URL
 content part of a user message (older ones are replaced by a note) and the tools of
@@ -109,6 +110,7 @@ def agent(
     system = env.get("FORGE_SYSTEM_PROMPT", SYSTEM_PROMPT)
     system = system.replace("{width}", str(desk.width)).replace("{height}", str(desk.height))
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    desk.wait_for_window(float(env.get("FORGE_WINDOW_WAIT_S", "10")))
     shot = desk.screenshot()
     if keep:
         messages.append(screenshot_message(shot, instruction))

@@ -87,22 +87,6 @@ def _wait_for_wm(display: str, timeout_s: float = 10.0) -> None:
         time.sleep(0.05)
 
 
-def wait_for_window(display: str, timeout_s: float = 10.0) -> bool:
-    """Wait until a window has the focus (the application is up); True when one did."""
-    env = {**os.environ, "DISPLAY": display}
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        proc = subprocess.run(["xdotool", "getwindowfocus"], env=env, capture_output=True)
-        if proc.returncode == 0 and proc.stdout.strip() not in (b"", b"1"):
-            names = subprocess.run(
-                ["xdotool", "search", "--onlyvisible", "--name", "."], env=env, capture_output=True
-            )
-            if names.stdout.strip():
-                return True
-        time.sleep(0.05)
-    return False
-
-
 def start_service(command: str, workspace: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         ["sh", "-c", command], cwd=workspace, env=env, stdout=subprocess.DEVNULL,
@@ -111,32 +95,35 @@ def start_service(command: str, workspace: Path, env: dict[str, str]) -> subproc
 
 
 @contextmanager
-def task_desktop(task: Any, workspace: Path) -> Iterator[Desktop]:
-    """``task``'s display with its services started in ``workspace`` (seeded with its files)."""
+def task_desktop(task: Any, workspace: Path, display: str | None = None) -> Iterator[Desktop]:
+    """``task``'s services started in ``workspace`` (seeded with its files) on a display of
+    their own, or on ``display`` when given (of the task's size, with nothing else on it)."""
     width, height = task.gui.screen
     for rel, content in task.files.items():
         path = workspace / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(content)
-    with x_display(width, height) as display:
-        env = {**os.environ, "DISPLAY": display}
-        services = [start_service(s.command, workspace, env) for s in task.services]
-        try:
-            wait_for_window(display)
-            time.sleep(0.5)  # let the application draw its first frame
-            yield Desktop(display, width, height, settle_s=0.15)
-        finally:
-            for proc in services:
-                _stop(proc)
+    if display is None:
+        with x_display(width, height) as own, task_desktop(task, workspace, own) as desk:
+            yield desk
+        return
+    env = {**os.environ, "DISPLAY": display}
+    services = [start_service(s.command, workspace, env) for s in task.services]
+    try:
+        desk = Desktop(display, width, height)
+        desk.wait_for_window()
+        yield desk
+    finally:
+        for proc in services:
+            _stop(proc)
 
 
 def play(desk: Desktop, steps: list[Any]) -> list[str]:
     """Play GuiAction steps on ``desk``; returns each step's result text."""
-    results = []
+    results, shot = [], desk.screenshot()
     for step in steps:
-        args = step.model_dump(exclude={"action"})
-        results.append(desk.perform(step.action, args))
-        time.sleep(desk.settle_s)
+        result, shot = desk.act(step.action, step.model_dump(exclude={"action"}), shot)
+        results.append(result)
     return results
 
 
