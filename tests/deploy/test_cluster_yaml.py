@@ -1,0 +1,161 @@
+"""cluster.yaml (the `ray up` config) against Ray's own cluster-config validation: the defaults
+`ray up` merges in, the JSON schema it validates with (ray/autoscaler/ray-schema.json) and its
+cross-field checks; then what that schema cannot know (where the harness_pod resource lives,
+GPUs, bounds, the setup). No cloud account is touched."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from ray.autoscaler._private.util import prepare_config, validate_config
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER = ROOT / "cluster.yaml"
+POD_RESOURCE = "harness_pod"
+
+
+def load() -> dict[str, Any]:
+    return yaml.safe_load(CLUSTER.read_text())
+
+
+def ray_validate(config: dict[str, Any]) -> dict[str, Any]:
+    """What `ray up` does before it asks the cloud for anything: merge the provider's defaults
+    and the setup commands, fill per-type bounds, validate. Returns the prepared config."""
+    prepared = prepare_config(copy.deepcopy(config))
+    validate_config(prepared)
+    return prepared
+
+
+def problems(config: dict[str, Any]) -> list[str]:
+    """What Ray's schema accepts but would make an OpenForge cluster wrong."""
+    out: list[str] = []
+    types: dict[str, dict[str, Any]] = config["available_node_types"]
+    head = config["head_node_type"]
+    workers = {k: v for k, v in types.items() if k != head}
+    pod_types = [k for k, v in types.items() if v["resources"].get(POD_RESOURCE, 0) > 0]
+    gpu_types = [k for k, v in types.items() if v["resources"].get("GPU", 0) > 0]
+    if len(pod_types) != 1 or pod_types[0] == head:
+        out.append(f"{POD_RESOURCE} must be on exactly one worker type, found on {pod_types}")
+    if not gpu_types or head in gpu_types:
+        out.append(f"GPUs must be on worker types only, found on {gpu_types}")
+    if set(pod_types) & set(gpu_types):
+        out.append(f"HarnessPods would take GPU nodes: {sorted(set(pod_types) & set(gpu_types))}")
+    for name, t in workers.items():
+        lo, hi = t.get("min_workers", 0), t.get("max_workers", 0)
+        if not 0 <= lo <= hi or hi < 1:
+            out.append(f"{name}: bounds min {lo}, max {hi}")
+    if sum(t.get("max_workers", 0) for t in workers.values()) > config["max_workers"]:
+        out.append("max_workers is below the sum of the worker types' max_workers")
+    mounts = config.get("file_mounts", {})
+    remote = next((r for r, local in mounts.items() if (ROOT / local).resolve() == ROOT), None)
+    if remote is None:
+        out.append("file_mounts does not copy the repository root (run `ray up` from it)")
+    setup = " ; ".join(config.get("setup_commands", []))
+    if remote is None or f"cd {remote}" not in setup or "bash scripts/setup.sh" not in setup:
+        out.append("setup_commands do not run scripts/setup.sh in the copied repository")
+    return out
+
+
+def test_ray_accepts_cluster_yaml() -> None:
+    prepared = ray_validate(load())
+    assert prepared["provider"]["type"] == "aws"
+    assert prepared["head_node_type"] in prepared["available_node_types"]
+    # setup_commands reach head and workers alike (Ray merges them into both lists)
+    for key in ("head_setup_commands", "worker_setup_commands"):
+        assert any("scripts/setup.sh" in c for c in prepared[key]), key
+
+
+def test_openforge_shape() -> None:
+    config = load()
+    assert problems(config) == []
+    types = config["available_node_types"]
+    assert types["cpu"]["resources"][POD_RESOURCE] == 8
+    assert types["gpu"]["resources"]["GPU"] >= 1
+    assert POD_RESOURCE not in types["head"]["resources"]
+    assert "GPU" not in types["cpu"]["resources"]
+
+
+def test_setup_is_the_laptops_and_commands_run_in_the_venv() -> None:
+    config = load()
+    setup = config["setup_commands"]
+    i_setup = next(i for i, c in enumerate(setup) if "bash scripts/setup.sh" in c)
+    i_venv = next(i for i, c in enumerate(setup) if ".venv/bin/activate" in c)
+    assert i_venv > i_setup  # ray start and the autoscaler then run the venv's Ray
+    assert "FORGE_SKIP_DOCKER=1" in setup[i_setup]
+    assert (ROOT / "scripts" / "setup.sh").is_file()
+    # the laptop's .venv and runs/ are not shipped: rsync honours .gitignore, which lists them
+    assert ".gitignore" in config["rsync_filter"]
+    ignored = (ROOT / ".gitignore").read_text().split()
+    assert ".venv/" in ignored and "runs/" in ignored
+    # the head's autoscaler (in .venv) needs boto3 to launch EC2 workers
+    assert any("boto3" in c for c in config["head_setup_commands"])
+    starts = config["head_start_ray_commands"] + config["worker_start_ray_commands"]
+    assert all("--metrics-export-port=8080" in c for c in starts if "ray start" in c)
+    assert "--dashboard-host=127.0.0.1" in " ".join(config["head_start_ray_commands"])
+
+
+def test_the_gpu_example_run_fits() -> None:
+    """examples/gpu-cluster.yaml's Policy replicas and a Trainer GPU fit the GPU group at max."""
+    run = yaml.safe_load((ROOT / "examples" / "gpu-cluster.yaml").read_text())
+    types = load()["available_node_types"]
+    gpus = types["gpu"]["resources"]["GPU"] * types["gpu"]["max_workers"]
+    assert run["policy"]["replicas"] * run["policy"]["num_gpus"] + 1 <= gpus
+    pods = types["cpu"]["resources"][POD_RESOURCE] * types["cpu"]["max_workers"]
+    assert run["rollout"]["max_pods"] <= pods
+
+
+def _set(path: str, value: Any) -> Any:
+    def edit(c: dict[str, Any]) -> None:
+        *keys, last = path.split(".")
+        for k in keys:
+            c = c[k]
+        if value is _DELETE:
+            del c[last]
+        else:
+            c[last] = value
+
+    return edit
+
+
+_DELETE = object()
+RAY_REJECTS = {
+    "typo in a node type key": _set("available_node_types.cpu.min_worker", 1),
+    "fractional custom resource": _set("available_node_types.cpu.resources.harness_pod", 0.5),
+    "negative GPU count": _set("available_node_types.gpu.resources.GPU", -1),
+    "node type without resources": _set("available_node_types.gpu.resources", _DELETE),
+    "head type not defined": _set("head_node_type", "ray.head.default"),
+    "min workers above the global max": _set("max_workers", 1),
+    "typo in a top-level key": _set("setup_command", ["bash scripts/setup.sh"]),
+    "custom resource as text": _set("available_node_types.cpu.resources.harness_pod", "8"),
+}
+
+
+@pytest.mark.parametrize("edit", RAY_REJECTS.values(), ids=RAY_REJECTS.keys())
+def test_ray_rejects_broken_copies(edit: Any) -> None:
+    broken = load()
+    edit(broken)
+    with pytest.raises((jsonschema.ValidationError, ValueError)):
+        ray_validate(broken)
+
+
+SHAPE_BREAKS = {
+    "harness_pod on the gpu group too": _set("available_node_types.gpu.resources.harness_pod", 4),
+    "harness_pod on the head": _set("available_node_types.head.resources", {"harness_pod": 8}),
+    "no GPU on the gpu group": _set("available_node_types.gpu.resources", {"CPU": 48}),
+    "min above max": _set("available_node_types.cpu.min_workers", 17),
+    "setup.sh not run": _set("setup_commands", ["cd ~/openforge && pip install -e ."]),
+    "repository not copied": _set("file_mounts", {"~/openforge": "scripts"}),
+}
+
+
+@pytest.mark.parametrize("edit", SHAPE_BREAKS.values(), ids=SHAPE_BREAKS.keys())
+def test_shape_checks_bite(edit: Any) -> None:
+    broken = load()
+    edit(broken)
+    ray_validate(broken)  # Ray's schema cannot tell: only the shape checks can
+    assert problems(broken)
