@@ -1,0 +1,260 @@
+"""deploy/kuberay/: every manifest against its schema (kubernetes-validate for the core kinds;
+the CRD schemas of KubeRay v1.7.0, vendored in deploy/kuberay/crds/, for RayCluster and RayJob),
+the RBAC file against `forge kube-rbac`, and the wiring between them: the custom resource, the
+GPUs, the ServiceAccount, the labels the sandboxes' NetworkPolicy admits, the run's config. No
+API server: what a real cluster would add (admission, CEL rules, the operator) is not run."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shlex
+from functools import cache
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from forge import cli
+from forge.config import KubernetesConfig, load_config
+from forge.sandboxes import kube_manifests as km
+
+ROOT = Path(__file__).resolve().parents[2]
+KUBERAY = ROOT / "deploy" / "kuberay"
+K8S_VERSIONS = ("1.31.0", kubernetes_validate.latest_version() + ".0")
+CRDS = {
+    "RayCluster": "ray.io_rayclusters.v1.schema.json",
+    "RayJob": "ray.io_rayjobs.v1.schema.json",
+}
+NAMESPACE = "openforge"
+
+
+def manifests() -> list[dict[str, Any]]:
+    kust = yaml.safe_load((KUBERAY / "kustomization.yaml").read_text())
+    docs: list[dict[str, Any]] = []
+    for name in kust["resources"]:
+        docs += [d for d in yaml.safe_load_all((KUBERAY / name).read_text()) if d]
+    return docs
+
+
+def one(kind: str) -> dict[str, Any]:
+    (doc,) = (d for d in manifests() if d["kind"] == kind)
+    return doc
+
+
+def _strict(schema: Any) -> Any:
+    """The CRD's structural schema as the API server applies it with strict field validation
+    (`kubectl apply`'s default): an object that lists its properties accepts no others."""
+    if isinstance(schema, list):
+        return [_strict(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _strict(v) for k, v in schema.items()}
+    if (
+        "properties" in out
+        and "additionalProperties" not in out
+        and not out.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        out["additionalProperties"] = False
+    return out
+
+
+@cache
+def crd_validator(kind: str) -> jsonschema.Draft7Validator:
+    vendored = json.loads((KUBERAY / "crds" / CRDS[kind]).read_text())
+    assert vendored["kind"] == kind and vendored["version"] == "v1"
+    return jsonschema.Draft7Validator(_strict(vendored["openAPIV3Schema"]))
+
+
+def pod_templates(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = doc["spec"].get("rayClusterSpec", doc["spec"])
+    out = []
+    if "headGroupSpec" in spec:
+        out.append(spec["headGroupSpec"]["template"])
+        out += [g["template"] for g in spec["workerGroupSpecs"]]
+    if "submitterPodTemplate" in doc["spec"]:
+        out.append(doc["spec"]["submitterPodTemplate"])
+    return out
+
+
+def validate(doc: dict[str, Any]) -> None:
+    """Raise on a manifest its schema refuses."""
+    if doc["kind"] in CRDS:
+        assert doc["apiVersion"] == "ray.io/v1"
+        crd_validator(doc["kind"]).validate(doc)
+        # The CRD keeps a pod template's metadata open: check each template as a PodTemplate.
+        for i, template in enumerate(pod_templates(doc)):
+            wrapped = {
+                "apiVersion": "v1",
+                "kind": "PodTemplate",
+                "metadata": {"name": f"{doc['metadata']['name']}-{i}", "namespace": NAMESPACE},
+                "template": template,
+            }
+            for version in K8S_VERSIONS:
+                kubernetes_validate.validate(wrapped, version, strict=True)
+        return
+    for version in K8S_VERSIONS:
+        kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_every_manifest_validates() -> None:
+    docs = manifests()
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == sorted(
+        [
+            "Namespace",
+            "ServiceAccount",
+            "ServiceAccount",
+            "Role",
+            "RoleBinding",
+            "PersistentVolumeClaim",
+            "PersistentVolumeClaim",
+            "RayCluster",
+            "RayJob",
+        ]
+    )
+    for doc in docs:
+        validate(doc)
+        if doc["kind"] != "Namespace":
+            assert doc["metadata"]["namespace"] == NAMESPACE, doc["metadata"]["name"]
+
+
+def test_kustomization_lists_every_manifest() -> None:
+    listed = set(yaml.safe_load((KUBERAY / "kustomization.yaml").read_text())["resources"])
+    assert listed == {p.name for p in KUBERAY.glob("*.yaml")} - {"kustomization.yaml"}
+
+
+def test_rbac_is_what_forge_kube_rbac_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["kube-rbac", "--namespace", NAMESPACE]) == 0
+    printed = capsys.readouterr().out
+    committed = (KUBERAY / "sandbox-rbac.yaml").read_text()
+    body = "".join(line for line in committed.splitlines(True) if not line.startswith("#"))
+    assert body == printed, "regenerate: forge kube-rbac --namespace openforge"
+
+
+def _groups() -> dict[str, dict[str, Any]]:
+    spec = one("RayCluster")["spec"]
+    return {"head": spec["headGroupSpec"], **{g["groupName"]: g for g in spec["workerGroupSpecs"]}}
+
+
+def custom_resources(group: dict[str, Any]) -> dict[str, float]:
+    """Ray's --resources as KubeRay passes it: a shell word holding a JSON object."""
+    raw = group.get("rayStartParams", {}).get("resources")
+    if raw is None:
+        return {}
+    (word,) = shlex.split(raw)
+    return json.loads(word)
+
+
+def _container(group: dict[str, Any]) -> dict[str, Any]:
+    return group["template"]["spec"]["containers"][0]
+
+
+def test_harness_pod_resource_only_on_the_cpu_group() -> None:
+    groups = _groups()
+    assert custom_resources(groups["cpu"]) == {"harness_pod": 8}
+    assert custom_resources(groups["head"]) == {} and custom_resources(groups["gpu"]) == {}
+    assert "nvidia.com/gpu" not in _container(groups["cpu"])["resources"]["limits"]
+
+
+def test_gpu_group_has_gpus_and_bounds_are_sane() -> None:
+    groups = _groups()
+    assert int(_container(groups["gpu"])["resources"]["limits"]["nvidia.com/gpu"]) >= 1
+    assert groups["head"]["rayStartParams"]["num-gpus"] == "0"
+    for name in ("gpu", "cpu"):
+        g = groups[name]
+        assert 0 <= g["minReplicas"] <= g["replicas"] <= g["maxReplicas"], name
+    assert one("RayCluster")["spec"]["rayVersion"] == "2.60.0"
+    assert version("ray") == "2.60.0"  # the image's Ray must match the project's pin
+
+
+def test_harness_pods_can_make_sandboxes_and_sandboxes_can_reach_them() -> None:
+    cpu = _groups()["cpu"]["template"]
+    account = cpu["spec"]["serviceAccountName"]
+    assert account == km.RUN_ACCOUNT
+    bound = {
+        s["name"]
+        for d in manifests()
+        if d["kind"] == "RoleBinding"
+        for s in d["subjects"]
+        if s["namespace"] == NAMESPACE
+    }
+    assert account in bound
+    env = {e["name"]: e for e in _container(_groups()["cpu"])["env"]}
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    # The NetworkPolicy the run applies (the run's config, as the RayJob gives it) admits egress
+    # from its sandboxes to these pods, and validates.
+    kube = KubernetesConfig(namespace=NAMESPACE)
+    policy = km.network_policy(
+        NAMESPACE, "gpu-claw", kube.agent_port, harness_selector=kube.harness_selector
+    )
+    validate(policy)
+    (peer,) = policy["spec"]["egress"][0]["to"]
+    assert peer["podSelector"]["matchLabels"].items() <= cpu["metadata"]["labels"].items()
+    for name in ("head", "gpu"):  # no other Ray pod is a peer of the sandboxes
+        labels = _groups()[name]["template"]["metadata"]["labels"]
+        assert not peer["podSelector"]["matchLabels"].items() <= labels.items()
+
+
+def test_rayjob_runs_forge_run_with_a_valid_config() -> None:
+    job = one("RayJob")
+    assert job["spec"]["clusterSelector"] == {
+        "ray.io/cluster": one("RayCluster")["metadata"]["name"]
+    }
+    words = shlex.split(job["spec"]["entrypoint"])
+    start = words.index("forge")
+    assert words[:start] == ["cd", "/home/ray/openforge", "&&"]
+    args = cli.parse(words[start + 1 :])
+    assert args.command == "run"
+    path, overrides = cli._config_and_overrides(args)
+    assert path is not None
+    config = load_config(ROOT / path, overrides)  # raises on an unknown or invalid key
+    assert config.sandbox.backend == "kubernetes"
+    assert config.sandbox.kubernetes.namespace == NAMESPACE
+    assert config.proxy.host == "0.0.0.0"
+    assert config.runs_dir.startswith("/home/ray/runs")
+
+
+def _set(path: str, value: Any) -> Any:
+    def edit(doc: dict[str, Any]) -> None:
+        *keys, last = path.split(".")
+        for k in keys:
+            doc = doc[int(k)] if isinstance(doc, list) else doc[k]
+        doc[last] = value
+
+    return edit
+
+
+BROKEN = {
+    "RayCluster: misspelt workerGroupSpecs": ("RayCluster", _set("spec.workerGroupSpec", [])),
+    "RayCluster: replicas as text": ("RayCluster", _set("spec.workerGroupSpecs.1.replicas", "1")),
+    "RayCluster: rayStartParams value not a string": (
+        "RayCluster",
+        _set("spec.workerGroupSpecs.1.rayStartParams.num-cpus", 4),
+    ),
+    "RayCluster: no containers in a pod template": (
+        "RayCluster",
+        _set("spec.headGroupSpec.template.spec.containers", None),
+    ),
+    "RayCluster: unknown key in a template's metadata": (
+        "RayCluster",
+        _set("spec.workerGroupSpecs.1.template.metadata.label", {"openforge.role": "x"}),
+    ),
+    "RayJob: entrypoint not a string": ("RayJob", _set("spec.entrypoint", ["forge", "run"])),
+    "RayJob: unknown submission mode field": ("RayJob", _set("spec.submitMode", "K8sJobMode")),
+    "Role: verbs not a list": ("Role", _set("rules.0.verbs", "create")),
+    "PersistentVolumeClaim: unknown field": ("PersistentVolumeClaim", _set("spec.size", "1Gi")),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN.values(), ids=BROKEN.keys())
+def test_broken_manifests_fail(case: tuple[str, Any]) -> None:
+    kind, edit = case
+    doc = copy.deepcopy(next(d for d in manifests() if d["kind"] == kind))
+    edit(doc)
+    with pytest.raises((jsonschema.ValidationError, kubernetes_validate.ValidationError)):
+        validate(doc)
