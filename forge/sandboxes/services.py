@@ -10,6 +10,7 @@ read-only. The launcher's own failure (a service that never came up) is the atte
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 LAUNCHER_HOST = str(Path(services_launch.__file__).resolve())
 WEBAPPS_HOST = str(Path(__file__).resolve().parents[2] / "tasks" / "webapps")
 WEBAPPS = "/opt/forge/webapps"  # where the sandbox sees tasks/webapps
+MINIWOB = "/opt/forge/miniwob"  # the miniwob package's html/, for MiniWoB tasks' services
 __all__ = ["PROGRAM", "WEBAPPS", "gui_extra", "mounts", "needs_launcher", "service_failed", "wrap"]
 
 
@@ -37,7 +39,22 @@ def mounts(task: Task) -> dict[str, str]:
     """Read-only mounts (host -> sandbox) the launcher and the web applications need."""
     if not needs_launcher(task):
         return {}
-    return {LAUNCHER_HOST: PROGRAM, WEBAPPS_HOST: WEBAPPS}
+    out = {LAUNCHER_HOST: PROGRAM, WEBAPPS_HOST: WEBAPPS}
+    if any(MINIWOB in s.command for s in task.services):
+        out[miniwob_html()] = MINIWOB
+    return out
+
+
+def miniwob_html() -> str:
+    """The installed ``miniwob`` package's HTML folder (found without importing the package,
+    whose import needs selenium and gymnasium)."""
+    spec = importlib.util.find_spec("miniwob")
+    html = Path(next(iter(spec.submodule_search_locations or []), "")) / "html" if spec else None
+    if html is None or not (html / "core" / "core.js").is_file():
+        raise FileNotFoundError(
+            "MiniWoB++ tasks need the miniwob package's HTML: pip install --no-deps miniwob==1.1.0"
+        )
+    return str(html)
 
 
 def gui_extra(task: Task) -> dict[str, str]:
