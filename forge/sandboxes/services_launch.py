@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -45,9 +47,13 @@ from typing import Any
 PROGRAM = "/opt/forge/services/services_launch.py"  # where the sandbox sees this file
 SERVICE_FAILED = 117  # exit status when the display or a service failed to come up
 MARKER = "forge-services: FAILED"
-GRACE_S = 2.0
+GRACE_S = 1.0  # SIGTERM -> SIGKILL; within the sandbox's own grace before it kills us
 LOG_TAIL = 2000
 _PR_SET_PDEATHSIG = 1
+try:
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
+except OSError:
+    _LIBC = None
 
 
 class Failed(Exception):
@@ -57,13 +63,9 @@ class Failed(Exception):
 def _die_with_parent() -> None:
     """In the child before exec: SIGKILL when this launcher dies (even by SIGKILL), so nothing
     outlives it where no pid namespace does that (an unisolated sandbox)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+    if _LIBC is not None:
+        with contextlib.suppress(AttributeError):
+            _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def _say(msg: str) -> None:
@@ -246,14 +248,15 @@ def main(argv: list[str] | None = None) -> int:
     spec = json.loads(args.spec)
     stopping: list[int] = []
     harness: subprocess.Popen[bytes] | None = None
+    phase = ["starting"]  # starting -> running -> stopping
 
     def on_signal(signum: int, frame: Any) -> None:
         stopping.append(signum)
-        if harness is not None and harness.poll() is None:
+        if phase[0] == "running" and harness is not None and harness.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 harness.send_signal(signum)
-        else:
-            raise KeyboardInterrupt
+        elif phase[0] == "starting":
+            raise KeyboardInterrupt  # abandon the start-up; ``finally`` stops what runs
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
@@ -268,12 +271,8 @@ def main(argv: list[str] | None = None) -> int:
         if stopping:
             return 128 + stopping[0]
         harness = subprocess.Popen(command, env=launcher.env)
-        while True:
-            try:
-                code = harness.wait()
-                break
-            except KeyboardInterrupt:
-                continue
+        phase[0] = "running"
+        code = harness.wait()
         launcher.report_exits()
         return code if code >= 0 else 128 - code
     except Failed as e:
@@ -282,7 +281,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 128 + (stopping[0] if stopping else signal.SIGINT)
     finally:
+        phase[0] = "stopping"  # a signal now must not interrupt the clean-up
+        if harness is not None and harness.poll() is None:  # signalled as it started
+            harness.kill()
+            harness.wait()
         launcher.stop()
+        shutil.rmtree(launcher.logdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

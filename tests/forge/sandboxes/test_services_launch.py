@@ -94,7 +94,9 @@ def test_file_ready_and_service_without_ready(tmp_path: Path) -> None:
             {"command": "echo $$ > bg.pid; exec sleep 60"},
         ]
     }
-    done = launch(tmp_path, spec, "sh", "-c", "test -e up.flag && echo seen")
+    # the second service is not waited for: the harness waits for its pid file itself
+    check = "test -e up.flag && echo seen; while [ ! -s bg.pid ]; do sleep 0.02; done"
+    done = launch(tmp_path, spec, "sh", "-c", check)
     assert done.returncode == 0 and "seen" in done.stdout, done.stderr
     assert gone_soon(int((tmp_path / "bg.pid").read_text()))
 
@@ -145,6 +147,20 @@ def test_sigterm_stops_harness_and_services(tmp_path: Path) -> None:
     proc.terminate()
     assert proc.wait(timeout=10) == 128 + 15
     assert gone_soon(int(pid_file.read_text()))
+
+
+def test_sigterm_while_waiting_for_a_service(tmp_path: Path) -> None:
+    spec = {"services": [{"command": "echo $$ > s.pid; exec sleep 60", "ready": "file:never"}]}
+    argv = [sys.executable, "-I", LAUNCHER, "--spec", json.dumps(spec), "--", "touch", "ran"]
+    proc = subprocess.Popen(argv, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    pid_file = tmp_path / "s.pid"
+    end = time.monotonic() + 20
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < end:
+        time.sleep(0.05)
+    proc.terminate()
+    assert proc.wait(timeout=10) == 128 + 15
+    assert gone_soon(int(pid_file.read_text()))
+    assert not (tmp_path / "ran").exists()
 
 
 @pytest.mark.skipif(not HAS_X, reason="needs Xvfb, openbox and xdpyinfo")
