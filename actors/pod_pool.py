@@ -110,12 +110,18 @@ class PodPool:
 
     async def replace(self, pod: Pod) -> None:
         """A pod that cannot be trusted any more (died, timed out, erred) leaves the pool, and
-        the sandboxes it left behind are reaped (those whose creating process is gone)."""
+        the sandboxes it left behind are reaped (those whose creating process is gone, and on
+        kubernetes every pod labelled with its name: its heartbeat would vouch for them until
+        it expired)."""
         await self.retire(pod)
         self.counts["pods_replaced"] += 1
         try:
             await asyncio.to_thread(
-                reap_sandboxes, self.config.sandbox, self.config.name, orphans_only=True
+                reap_sandboxes,
+                self.config.sandbox,
+                self.config.name,
+                orphans_only=True,
+                dead_pods=(pod.name,),
             )
         except Exception as e:
             log.warning("reaping the sandboxes of %s: %r", pod.name, e)

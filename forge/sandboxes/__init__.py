@@ -5,6 +5,7 @@ isolated (DESIGN.md decision 8), and ``reap_sandboxes``, the reconcile pass by l
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from typing import Any
 
 from forge.config import ProxyConfig, SandboxConfig
@@ -67,11 +68,14 @@ def check_isolation(config: SandboxConfig, proxy: ProxyConfig | None = None) -> 
         require_bwrap()
 
 
-def reap_sandboxes(config: SandboxConfig, run: str, orphans_only: bool = False) -> int:
+def reap_sandboxes(
+    config: SandboxConfig, run: str, orphans_only: bool = False, dead_pods: Collection[str] = ()
+) -> int:
     """Delete the leaked sandboxes of ``run`` (at run start and end: all of them are orphans;
     with ``orphans_only``, those whose creating process on this host is dead, for a HarnessPod
-    that died) and any past their deadline; returns how many. Local sandbox folders are
-    always reaped; docker containers or kubernetes pods when the backend is one of those."""
+    that died, and on kubernetes those of the HarnessPods named in ``dead_pods``) and any past
+    their deadline; returns how many. Local sandbox folders are always reaped; docker
+    containers or kubernetes pods when the backend is one of those."""
     reaped = reap_orphans(config.root, run=run)
     if config.backend == "docker":
         from forge.sandboxes.docker import client_for, reap_containers
@@ -80,7 +84,7 @@ def reap_sandboxes(config: SandboxConfig, run: str, orphans_only: bool = False) 
     elif config.backend == "kubernetes":
         from forge.sandboxes.kubernetes import reap
 
-        reaped += reap(config, run, orphans_only=orphans_only)
+        reaped += reap(config, run, orphans_only=orphans_only, dead_pods=dead_pods)
     return reaped
 
 

@@ -19,7 +19,7 @@ import datetime
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,13 +175,16 @@ def reap_pods(
     run: str | None = None,
     *,
     orphans_only: bool = False,
+    dead_pods: Collection[str] = (),
     policy: RetryPolicy | None = None,
     now: float | None = None,
 ) -> int | None:
     """Delete sandbox pods in ``namespace``: every one of ``run`` (at run start and end), or
     with ``orphans_only`` only those whose HarnessPod's heartbeat Lease expired or is gone
-    (``run`` None: of any run), and in every mode any pod past its deadline label. Returns how
-    many were deleted, or None when the sweep was skipped because the LIST failed."""
+    (``run`` None: of any run) or whose HarnessPod is one of ``dead_pods`` (the pool replaced
+    it: its pods go at once, without waiting for its Lease to expire), and in every mode any
+    pod past its deadline label. Returns how many were deleted, or None when the sweep was
+    skipped because the LIST failed."""
     now = time.time() if now is None else now
     selector = f"{km.LABEL}.role={km.ROLE_SANDBOX}"
     if run is not None:
@@ -193,6 +196,7 @@ def reap_pods(
         log.warning("reconcile %s: LIST pods failed (%s); skipping this sweep", namespace, e)
         return None
     live = _live_leases(api, namespace, now, policy) if orphans_only else set()
+    dead = {km.label_value(p) for p in dead_pods}
     reaped = 0
     for pod in pods.get("items") or []:
         meta = pod.get("metadata") or {}
@@ -206,7 +210,8 @@ def reap_pods(
         mine = run is None or labels.get(f"{km.LABEL}.run") == km.label_value(run)
         if orphans_only:
             beat = labels.get(f"{km.LABEL}.heartbeat")
-            doomed = mine and live is not None and beat is not None and beat not in live
+            lost = live is not None and beat is not None and beat not in live
+            doomed = mine and (lost or labels.get(f"{km.LABEL}.pod") in dead)
         else:
             doomed = mine and run is not None
         if doomed or expired:

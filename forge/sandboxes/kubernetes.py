@@ -44,6 +44,7 @@ import threading
 import time
 import urllib.parse
 import weakref
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -275,11 +276,14 @@ class KubernetesSandbox(AgentSandbox):
         return self.spec.proxy_tcp
 
 
-def reap(config: SandboxConfig, run: str, orphans_only: bool = False) -> int:
+def reap(
+    config: SandboxConfig, run: str, orphans_only: bool = False, dead_pods: Collection[str] = ()
+) -> int:
     """The reconcile pass for ``reap_sandboxes``: ``reap_pods`` in the configured namespace
     (0 when its LIST failed: the sweep was skipped and logged)."""
     s = config.kubernetes
-    return kr.reap_pods(api_client(s), s.namespace, run, orphans_only=orphans_only) or 0
+    api = api_client(s)
+    return kr.reap_pods(api, s.namespace, run, orphans_only=orphans_only, dead_pods=dead_pods) or 0
 
 
 def is_loopback(host: str) -> bool:

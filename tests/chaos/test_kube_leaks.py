@@ -177,7 +177,7 @@ def _deleted_by(c: Cluster, pod: str) -> str:
     if not lists:
         return "its own HarnessPod or an unknown client"
     if any(r[0] == "GET" and r[1].endswith("/leases") for r in log[lists[-1] : dels[0]]):
-        return "an orphan sweep (expired heartbeat Lease; the reconcile loop or the pool)"
+        return "an orphan sweep (the pool replacing its HarnessPod, or an expired Lease)"
     return "a full pass over the run's pods (the run's end or start)"
 
 
@@ -204,8 +204,8 @@ def test_kube_pod_killed_mid_episode_leaves_no_pod(tmp_path: Path, cluster: Clus
         print(f"\n[kube leaks] killed HarnessPod pid {pod_pid} holding {len(held)} pod(s):")
         for line in _describe(held):
             print(f"[kube leaks]   {line}")
-        # Its Lease stops being renewed; the driver's reconcile loop deletes its pods once the
-        # Lease has expired (30 s) at its next sweep (every 30 s), or the run's end does.
+        # The pool replaces the dead HarnessPod and deletes its pods by name at once; failing
+        # that, the reconcile loop does once its Lease has expired, or the run's end does.
         gone = poll(
             lambda: not (set(held) & set(cluster.pods(name))) or first.proc.poll() is not None,
             90,

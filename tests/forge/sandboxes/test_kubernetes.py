@@ -294,8 +294,10 @@ def test_creation_is_rate_limited(env: Env) -> None:
     assert all(b.exec(["true"], 5).exit_code == 0 for b in boxes)
 
 
-def _bare_pod(env: Env, run: str, name: str, deadline: float, beat: str | None = None) -> None:
-    labels = km.pod_labels({"run": run, "attempt": "0"}, deadline, None)
+def _bare_pod(
+    env: Env, run: str, name: str, deadline: float, beat: str | None = None, pod: str = "hp-0"
+) -> None:
+    labels = km.pod_labels({"run": run, "pod": pod, "attempt": "0"}, deadline, None)
     if beat is not None:
         labels["openforge.heartbeat"] = beat
     env.kube.put(
@@ -353,6 +355,27 @@ def test_orphans_of_dead_harness_pods_are_reaped(env: Env) -> None:
         "coordination.k8s.io/v1/leases", env.ns
     )
     assert reap_pods(env.api, env.ns, "run-a", orphans_only=True, policy=env.policy) == 1
+
+
+def test_a_replaced_harness_pods_pods_go_at_once(env: Env) -> None:
+    """The pool replaced hp-stuck (hung, not dead): its Lease is still fresh (its process may
+    still beat), yet its pods are deleted now, not when the Lease expires; the other
+    HarnessPod's pods, and other runs' pods of the same name, stay."""
+    now = time.time()
+    beats = {}
+    for hp in ("hp-stuck", "hp-fine"):
+        beats[hp] = Heartbeat(env.api, env.ns, "run-a", hp, ttl_s=60, policy=env.policy)
+        assert beats[hp].beat()
+    _bare_pod(env, "run-a", "stuck1", now + 600, beat=beats["hp-stuck"].name, pod="hp-stuck")
+    _bare_pod(env, "run-a", "stuck2", now + 600, beat=beats["hp-stuck"].name, pod="hp-stuck")
+    _bare_pod(env, "run-a", "fine", now + 600, beat=beats["hp-fine"].name, pod="hp-fine")
+    _bare_pod(env, "run-b", "other-run", now + 600, pod="hp-stuck")
+    assert reap_pods(env.api, env.ns, "run-a", orphans_only=True, policy=env.policy) == 0
+    reaped = reap_pods(
+        env.api, env.ns, "run-a", orphans_only=True, dead_pods=("hp-stuck",), policy=env.policy
+    )
+    assert reaped == 2
+    assert sorted(env.pods()) == ["fine", "other-run"]
 
 
 def test_heartbeat_renews_its_lease(env: Env) -> None:
