@@ -6,6 +6,7 @@ GPUs, bounds, the setup). No cloud account is touched."""
 from __future__ import annotations
 
 import copy
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,27 @@ def test_setup_is_the_laptops_and_commands_run_in_the_venv() -> None:
     starts = config["head_start_ray_commands"] + config["worker_start_ray_commands"]
     assert all("--metrics-export-port=8080" in c for c in starts if "ray start" in c)
     assert "--dashboard-host=127.0.0.1" in " ".join(config["head_start_ray_commands"])
+
+
+COMMAND_LISTS = (
+    "initialization_commands",
+    "setup_commands",
+    "head_setup_commands",
+    "worker_setup_commands",
+    "head_start_ray_commands",
+    "worker_start_ray_commands",
+)
+
+
+def test_every_command_is_valid_bash() -> None:
+    config = load()
+    commands = [c for key in COMMAND_LISTS for c in config.get(key, [])]
+    assert len(commands) >= 8
+    for command in commands:
+        done = subprocess.run(["bash", "-n", "-c", command], capture_output=True, text=True)
+        assert done.returncode == 0, f"{command!r}: {done.stderr}"
+    done = subprocess.run(["bash", "-n", "-c", "cd ~/x && { true"], capture_output=True)
+    assert done.returncode != 0  # bash -n does refuse a broken command
 
 
 def test_the_gpu_example_run_fits() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import shlex
+import subprocess
 from functools import cache
 from importlib.metadata import version
 from pathlib import Path
@@ -18,6 +19,10 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from ray.autoscaler._private.kuberay.autoscaling_config import (
+    _derive_autoscaling_config_from_ray_cr,
+    _get_custom_resources,
+)
 
 from forge import cli
 from forge.config import KubernetesConfig, load_config
@@ -142,12 +147,18 @@ def _groups() -> dict[str, dict[str, Any]]:
 
 
 def custom_resources(group: dict[str, Any]) -> dict[str, float]:
-    """Ray's --resources as KubeRay passes it: a shell word holding a JSON object."""
-    raw = group.get("rayStartParams", {}).get("resources")
+    """Ray's --resources of a group, read the three ways it is read: by the shell KubeRay starts
+    `ray start` with, by KubeRay 1.7 (getResourcesMap: outer quotes trimmed, JSON), and by Ray's
+    KubeRay autoscaler; all three must agree."""
+    params = group.get("rayStartParams", {})
+    raw = params.get("resources")
     if raw is None:
         return {}
     (word,) = shlex.split(raw)
-    return json.loads(word)
+    shell = json.loads(word)
+    assert json.loads(raw.strip("'\"` ")) == shell
+    assert _get_custom_resources({}, params, group.get("groupName", "head")) == shell
+    return shell
 
 
 def _container(group: dict[str, Any]) -> dict[str, Any]:
@@ -159,6 +170,22 @@ def test_harness_pod_resource_only_on_the_cpu_group() -> None:
     assert custom_resources(groups["cpu"]) == {"harness_pod": 8}
     assert custom_resources(groups["head"]) == {} and custom_resources(groups["gpu"]) == {}
     assert "nvidia.com/gpu" not in _container(groups["cpu"])["resources"]["limits"]
+
+
+def test_rays_kuberay_autoscaler_reads_the_cluster() -> None:
+    """The autoscaler sidecar turns the RayCluster into a `ray up`-style config and validates it
+    with Ray's cluster-config schema: the node types it will scale are the ones we meant."""
+    config = _derive_autoscaling_config_from_ray_cr(copy.deepcopy(one("RayCluster")))
+    types = config["available_node_types"]
+    assert set(types) == {"headgroup", "gpu", "cpu"}
+    assert types["cpu"]["resources"]["harness_pod"] == 8
+    assert types["cpu"]["resources"]["CPU"] == 4 and "GPU" not in types["cpu"]["resources"]
+    assert types["gpu"]["resources"]["GPU"] == 4 and "harness_pod" not in types["gpu"]["resources"]
+    assert "harness_pod" not in types["headgroup"]["resources"]
+    assert not types["headgroup"]["resources"].get("GPU")
+    assert (types["gpu"]["min_workers"], types["gpu"]["max_workers"]) == (1, 2)
+    assert (types["cpu"]["min_workers"], types["cpu"]["max_workers"]) == (1, 16)
+    assert config["idle_timeout_minutes"] == 10
 
 
 def test_gpu_group_has_gpus_and_bounds_are_sane() -> None:
@@ -205,7 +232,9 @@ def test_rayjob_runs_forge_run_with_a_valid_config() -> None:
     assert job["spec"]["clusterSelector"] == {
         "ray.io/cluster": one("RayCluster")["metadata"]["name"]
     }
-    words = shlex.split(job["spec"]["entrypoint"])
+    entrypoint = job["spec"]["entrypoint"]
+    assert subprocess.run(["bash", "-n", "-c", entrypoint]).returncode == 0
+    words = shlex.split(entrypoint)
     start = words.index("forge")
     assert words[:start] == ["cd", "/home/ray/openforge", "&&"]
     args = cli.parse(words[start + 1 :])
@@ -258,3 +287,11 @@ def test_broken_manifests_fail(case: tuple[str, Any]) -> None:
     edit(doc)
     with pytest.raises((jsonschema.ValidationError, kubernetes_validate.ValidationError)):
         validate(doc)
+
+
+def test_the_escaped_resources_form_is_refused() -> None:
+    """The form in KubeRay's older samples passes the shell and Ray's autoscaler, but KubeRay
+    1.7's own parse of it fails (it then logs an error and skips adding accelerators)."""
+    group = {"groupName": "cpu", "rayStartParams": {"resources": '"{\\"harness_pod\\": 8}"'}}
+    with pytest.raises(json.JSONDecodeError):
+        custom_resources(group)
