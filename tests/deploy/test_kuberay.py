@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import shlex
+import shutil
 import subprocess
 from functools import cache
 from importlib.metadata import version
@@ -131,6 +132,24 @@ def test_every_manifest_validates() -> None:
 def test_kustomization_lists_every_manifest() -> None:
     listed = set(yaml.safe_load((KUBERAY / "kustomization.yaml").read_text())["resources"])
     assert listed == {p.name for p in KUBERAY.glob("*.yaml")} - {"kustomization.yaml"}
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+def test_kubectl_kustomize_builds_it() -> None:
+    """`kubectl apply -k deploy/kuberay` starts from this build (offline: no API server)."""
+    done = subprocess.run(
+        ["kubectl", "kustomize", str(KUBERAY)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    built = [d for d in yaml.safe_load_all(done.stdout) if d]
+    key = lambda d: (d["kind"], d["metadata"]["name"])  # noqa: E731
+    assert sorted(map(key, built)) == sorted(map(key, manifests()))
+    images = (
+        {c["image"] for d in built for t in pod_templates(d) for c in t["spec"]["containers"]}
+        if built
+        else set()
+    )
+    assert images == {"openforge/ray:2.60.0"}
 
 
 def test_rbac_is_what_forge_kube_rbac_prints(capsys: pytest.CaptureFixture[str]) -> None:
