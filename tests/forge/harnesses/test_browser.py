@@ -227,3 +227,20 @@ def test_harness_options_env_and_mounts(monkeypatch: pytest.MonkeyPatch, tmp_pat
     monkeypatch.setenv("FORGE_CACHE", str(tmp_path))
     with pytest.raises(HarnessNotInstalled, match="forge harness install browser"):
         h.ro_mounts()
+
+
+@pytest.mark.browser
+@installed
+def test_a_crashed_page_is_exit_4_not_an_answer(episode) -> None:
+    replies = [ok(reply(None, [call(1, "goto", url="chrome://crash")])), ok(reply("unreached"))]
+    stub, _, result = episode("none", replies)
+    assert result.exit_code == 4, result.stderr[-2000:]
+    assert "crashed" in result.stderr
+    assert BrowserHarness.summary(result) == {
+        "final_answer": None,
+        "turns": 1,
+        "stop": "error",
+        "actions": 0,
+        "unchanged": 0,
+    }
+    assert len(stub.requests) == 1
