@@ -29,7 +29,7 @@ from rewards import verify
 from tasks.gui_play import launch_browser, new_page, play, positions, settle
 
 OUT = ROOT / "tasks" / "data" / "web"
-PORTS = {"shop": 8765, "mail": 8766, "booking": 8767, "calendar": 8768}
+PORTS = {"shop": 8765, "mail": 8766, "booking": 8767, "calendar": 8768, "bank": 8769}
 W, H = 640, 480
 Step = tuple[str, str]
 
@@ -287,6 +287,57 @@ TASKS: list[dict[str, Any]] = [
                   ("type", "10:00"), ("click", "save")],
         "expect": {"events[3].day": "Wed", "events[3].start": "10:00", "events[0].day": "Mon",
                    "events[0].start": "09:30"},
+    },
+    # -- bank -----------------------------------------------------------------------------
+    {
+        "id": "bank_pay_power_bill",
+        "app": "bank",
+        "instruction": "Pay the City Power bill: $64.20 from Checking, with the reference "
+        "INV-5531.",
+        "steps": [("click", "from:Checking"), ("click", "to:City Power"), ("click", "amount"),
+                  ("type", "64.20"), ("click", "reference"), ("type", "INV-5531"),
+                  ("click", "send")],
+        "expect": {"transfers": [{"from": "Checking", "to": "City Power", "amount": 64.2,
+                                  "reference": "INV-5531"}]},
+    },
+    {
+        "id": "bank_move_to_savings",
+        "app": "bank",
+        "instruction": "Move $250 from your Checking account to your Savings account.",
+        "steps": [("click", "from:Checking"), ("click", "to:Savings"), ("click", "amount"),
+                  ("type", "250"), ("click", "send")],
+        "expect": {"transfers.length": 1, "balances.Checking": 990, "balances.Savings": 5550},
+    },
+    {
+        "id": "bank_pay_ana_back",
+        "app": "bank",
+        "instruction": "Pay Ana Lopez back $12.50 for lunch, from Checking, with the reference "
+        "'lunch'.",
+        "steps": [("click", "from:Checking"), ("click", "to:Ana Lopez"), ("click", "amount"),
+                  ("type", "12.50"), ("click", "reference"), ("type", "lunch"),
+                  ("click", "send")],
+        "expect": {"transfers.length": 1, "transfers[0].to": "Ana Lopez",
+                   "transfers[0].amount": 12.5, "transfers[0].from": "Checking"},
+        "checks": [{"path": "transfers[0].reference", "contains": "lunch", "ignore_case": True}],
+    },
+    {
+        "id": "bank_rent_from_the_right_account",
+        "app": "bank",
+        "instruction": "Pay $1,500 of rent to R. Smith from whichever of your accounts has "
+        "enough money for it.",
+        "steps": [("click", "from:Savings"), ("click", "to:R. Smith (rent)"),
+                  ("click", "amount"), ("type", "1500"), ("click", "send")],
+        "expect": {"transfers.length": 1, "transfers[0].from": "Savings",
+                   "transfers[0].to": "R. Smith (rent)", "transfers[0].amount": 1500},
+    },
+    {
+        "id": "bank_phone_bill_from_savings",
+        "app": "bank",
+        "instruction": "Pay Phone Co $39.99 from your Savings account.",
+        "steps": [("click", "from:Savings"), ("click", "to:Phone Co"), ("click", "amount"),
+                  ("type", "39.99"), ("click", "send")],
+        "expect": {"transfers.length": 1, "transfers[0].to": "Phone Co",
+                   "transfers[0].amount": 39.99, "balances.Savings": 5260.01},
     },
 ]  # fmt: skip
 

@@ -1,4 +1,4 @@
-"""The state server of the project's web applications (shop, mail, booking, calendar).
+"""The state server of the project's web applications (shop, mail, booking, calendar, bank).
 
 Standard library only: it runs inside the sandbox as a task's service, from the read-only mount
 ``/opt/forge/webapps``::
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-APPS = ("shop", "mail", "booking", "calendar")
+APPS = ("shop", "mail", "booking", "calendar", "bank")
 TYPES = {".html": "text/html; charset=utf-8", ".css": "text/css", ".js": "text/javascript"}
 
 
@@ -154,12 +154,50 @@ def calendar_delete(state: dict[str, Any], seed: dict[str, Any], body: dict[str,
     state["deleted"].append(event["title"])
 
 
+def bank_state(seed: dict[str, Any]) -> dict[str, Any]:
+    balances = {a["name"]: a["balance"] for a in seed["accounts"]}
+    return {"balances": balances, "transfers": []}
+
+
+def _amount(text: Any) -> float:
+    raw = str(text).strip().replace(",", "").removeprefix("$")
+    whole, _, cents = raw.partition(".")
+    if not whole.isdigit() or not (cents == "" or (cents.isdigit() and len(cents) <= 2)):
+        raise ActionError("amount is a number like 12.50")
+    value = round(float(raw), 2)
+    if value <= 0:
+        raise ActionError("amount must be more than 0")
+    return value
+
+
+def bank_transfer(state: dict[str, Any], seed: dict[str, Any], body: dict[str, Any]) -> None:
+    source, target = _need(body, "from"), _need(body, "to")
+    amount = _amount(_need(body, "amount"))
+    accounts = state["balances"]
+    if source not in accounts:
+        raise ActionError(f"no account {source!r}")
+    if target == source:
+        raise ActionError("choose a different recipient")
+    if target not in accounts and target not in seed["payees"]:
+        raise ActionError(f"no payee {target!r}")
+    if amount > accounts[source]:
+        raise ActionError(f"not enough money in {source}")
+    accounts[source] = round(accounts[source] - amount, 2)
+    if target in accounts:
+        accounts[target] = round(accounts[target] + amount, 2)
+    reference = str(body.get("reference") or "").strip()
+    state["transfers"].append(
+        {"from": source, "to": target, "amount": amount, "reference": reference}
+    )
+
+
 Action = Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], None]
 APP_DEFS: dict[str, tuple[Callable[[dict[str, Any]], dict[str, Any]], dict[str, Action]]] = {
     "shop": (shop_state, {"add": shop_add, "remove": shop_remove, "order": shop_order}),
     "mail": (mail_state, {"send": mail_send, "archive": mail_archive}),
     "booking": (booking_state, {"book": booking_book}),
     "calendar": (calendar_state, {"save": calendar_save, "delete": calendar_delete}),
+    "bank": (bank_state, {"transfer": bank_transfer}),
 }
 
 

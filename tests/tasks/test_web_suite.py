@@ -32,7 +32,7 @@ from tasks.schema import GuiAction
 from tests.rewards.sandbox_double import DirSandbox
 
 WEB = load_suite("web")
-APPS = {"shop", "mail", "booking", "calendar"}
+APPS = {"shop", "mail", "booking", "calendar", "bank"}
 SCREEN = (640, 480)
 
 
