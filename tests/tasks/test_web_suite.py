@@ -68,26 +68,30 @@ def _on_port(task: Task, port: int) -> tuple[dict[str, Any], str]:
 
 
 class Running:
-    """A task's services under the launcher in ``workspace`` until :meth:`finish`."""
+    """A task's services under the launcher in ``workspace`` until :meth:`finish`; started at
+    once, :meth:`wait_up` waits until the app answers."""
 
     def __init__(self, task: Task, workspace: Path, done: Path) -> None:
+        workspace.mkdir(parents=True, exist_ok=True)
         for rel, text in task.files.items():
             (workspace / rel).parent.mkdir(parents=True, exist_ok=True)
             (workspace / rel).write_text(text)
         spec, self.url = _on_port(task, _free_port())
         wait = f"while [ ! -e '{done}' ]; do sleep 0.05; done"
         argv = [sys.executable, "-I", services.LAUNCHER_HOST, "--spec", json.dumps(spec)]
-        self.done = done
+        self.task, self.workspace, self.done, self.stderr = task, workspace, done, ""
         self.proc = subprocess.Popen(
             [*argv, "--", "sh", "-c", wait], cwd=workspace, stderr=subprocess.PIPE, text=True
         )
+
+    def wait_up(self) -> Running:
         end = time.monotonic() + 20
         while not self._up():
             if self.proc.poll() is not None or time.monotonic() > end:
                 self.finish()
-                raise AssertionError(f"{task.id}: services did not come up: {self.stderr}")
+                raise AssertionError(f"{self.task.id}: services did not come up: {self.stderr}")
             time.sleep(0.05)
-        self.stderr = ""
+        return self
 
     def _up(self) -> bool:
         try:
@@ -108,6 +112,39 @@ class Running:
         return code
 
 
+class Launchers:
+    """Launchers started ahead: while one task is played, the next one's app starts."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.started: dict[str, Running] = {}
+
+    def start(self, task: Task) -> Running:
+        if task.id not in self.started:
+            d = self.root / task.id
+            self.started[task.id] = Running(task, d / "ws", d / "harness-done")
+        return self.started[task.id]
+
+    def take(self, task: Task) -> Running:
+        run = self.start(task)
+        del self.started[task.id]
+        later = WEB[WEB.index(task) + 1 :]
+        if later:
+            self.start(later[0])
+        return run.wait_up()
+
+    def close(self) -> None:
+        for run in self.started.values():
+            run.finish()
+
+
+@pytest.fixture(scope="module")
+def launchers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launchers]:
+    pool = Launchers(tmp_path_factory.mktemp("web"))
+    yield pool
+    pool.close()
+
+
 @pytest.fixture(scope="module")
 def page() -> Iterator[Any]:
     """One Chromium page at 640x480 for the module (each task navigates it afresh)."""
@@ -123,11 +160,10 @@ def page() -> Iterator[Any]:
 @pytest.mark.browser
 @pytest.mark.parametrize("task", WEB, ids=[t.id for t in WEB])
 def test_solution_in_chromium_scores_one_and_nothing_scores_zero(
-    page: Any, task: Task, tmp_path: Path
+    page: Any, launchers: Launchers, task: Task
 ) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    run = Running(task, workspace, tmp_path / "harness-done")
+    run = launchers.take(task)
+    workspace = run.workspace
     try:
         box = DirSandbox(workspace)
         untouched = verify(task.verifier, box, None)
@@ -151,6 +187,6 @@ def test_launcher_stops_the_app(tmp_path: Path) -> None:
     task = WEB[0]
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    run = Running(task, workspace, tmp_path / "done")
+    run = Running(task, workspace, tmp_path / "done").wait_up()
     assert run.finish() == 0
     assert not run._up()
