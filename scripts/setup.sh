@@ -72,8 +72,8 @@ fi
 # GUI sandboxes (the browser and desktop harnesses): Debian's Chromium (Playwright drives it; no
 # browser download), Xvfb and a window manager, xdotool, ImageMagick for screenshots, and the small
 # X applications the desktop tasks use.
-GUI_PKGS="chromium xvfb openbox xdotool x11-apps xterm imagemagick fonts-dejavu-core"
-if ! command -v chromium >/dev/null 2>&1 || ! command -v Xvfb >/dev/null 2>&1 || ! command -v xdotool >/dev/null 2>&1; then
+GUI_PKGS="chromium xvfb openbox xdotool x11-apps xterm stterm imagemagick fonts-dejavu-core"
+if ! command -v chromium >/dev/null 2>&1 || ! command -v Xvfb >/dev/null 2>&1 || ! command -v xdotool >/dev/null 2>&1 || ! command -v stterm >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     log "installing $GUI_PKGS (apt), for GUI sandboxes"
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $GUI_PKGS >/dev/null) || log "GUI packages not installed: the browser and desktop tests will skip"

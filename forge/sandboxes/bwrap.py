@@ -57,6 +57,7 @@ ETC_ALLOW = (
     "bash.bashrc",
     "terminfo",
     "fonts",
+    "X11",  # app-defaults: X Toolkit programs (xedit, xcalc) cannot lay out their widgets without
     "ssl/certs",
     "ssl/openssl.cnf",
     "pki/tls/certs",
@@ -66,6 +67,9 @@ ETC_ALLOW = (
     "python3",
     "python3.*",  # Debian's sitecustomize for the system Python
 )
+# Caches a sandbox reads (when the host has them): fontconfig's, without which every program that
+# draws text (a window manager, Chromium, xterm) first scans all fonts for about a second.
+SHARED_CACHES = ("/var/cache/fontconfig",)
 SYNTHESISED = ("passwd", "group", "hosts", "hostname", "nsswitch.conf")
 INSTALL_HINT = (
     "install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`; Fedora/RHEL: "
@@ -219,6 +223,7 @@ def base_args(etc: str | None = None) -> list[str]:
         elif os.path.isdir(d):
             args += ["--ro-bind", d, d]
     args += _etc_args(etc)
+    args += [a for d in SHARED_CACHES if os.path.isdir(d) for a in ("--ro-bind", d, d)]
     prefix = python_prefix()
     if prefix:
         args += ["--ro-bind", prefix, prefix]
