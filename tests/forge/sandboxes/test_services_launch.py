@@ -273,3 +273,24 @@ def test_display_in_a_bubblewrap_sandbox(tmp_path: Path) -> None:
         assert "D=:" in result.stdout and "800x600 pixels" in result.stdout
     finally:
         box.destroy()
+
+
+@pytest.mark.docker
+def test_in_a_docker_sandbox(docker_daemon, docker_images) -> None:
+    """The container has no network but loopback: the app is reachable there, privately."""
+    from forge.config import SandboxConfig
+    from forge.sandboxes import sandbox_for
+
+    config = SandboxConfig(backend="docker", docker_host=docker_daemon.host, memory_mb=256)
+    task = _task(8765)
+    box = sandbox_for(config, None)
+    box.create(SandboxSpec(labels={"run": "svc"}, ro_mounts=services.mounts(task)))
+    try:
+        box.put_file("page.txt", "served in a container")
+        fetch = "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8765/page.txt').read().decode())"
+        ctx = AttemptContext("a", "b", "k", "m", "x", box.workspace, paths=box.path_map())
+        result = box.exec(services.wrap(task, ctx, ["python3", "-c", fetch]), 60)
+        assert result.exit_code == 0, result.stderr
+        assert "served in a container" in result.stdout
+    finally:
+        box.destroy()
