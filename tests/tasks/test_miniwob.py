@@ -1,0 +1,258 @@
+"""The ``miniwob`` suite (``tasks/miniwob.py``): its generated instances are well formed, and,
+in headless Chromium, each instance's service started under the real launcher shows the
+utterance of its instruction (the seed fixes the episode), doing nothing scores 0 and the
+reference solution played with Playwright's mouse and keyboard makes MiniWoB's own reward 1,
+which the ``page_state`` verifier reads from the workspace.
+
+One browser page for the module; each instance gets a fresh workspace and its own launcher with
+the service on a free port (several test runs may share this host) and the read-only paths
+``/opt/forge/webapps`` and ``/opt/forge/miniwob`` mapped to the host's, as an unisolated sandbox
+maps them. The launcher's harness is a wait for a file outside the workspace.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from forge.sandboxes import services
+from rewards import verify
+from tasks import Task, miniwob
+from tasks.gui_play import CHROMIUM, launch_browser, new_page, play, settle
+from tasks.loader import load_suite
+from tasks.schema import GuiAction
+from tests.rewards.sandbox_double import DirSandbox
+
+SUITE = miniwob.load()
+
+
+def test_suite_shape() -> None:
+    """At least 10 MiniWoB tasks, 3 seeds each, all GUI tasks of one served page each."""
+    names = {t.tags[1] for t in SUITE}
+    assert names == set(miniwob.TASKS) and len(names) >= 10
+    for name in names:
+        assert len([t for t in SUITE if t.tags[1] == name]) >= 3, name
+    for t in SUITE:
+        name, seed = t.tags[1], miniwob.seed_of(t)
+        assert t.id == miniwob.instance_id(name, seed), t.id
+        assert t.tags == ["miniwob", name]
+        assert t.gui is not None and tuple(t.gui.screen) == miniwob.SCREEN
+        assert t.gui.start_url == f"http://127.0.0.1:{miniwob.PORT}/"
+        assert [s.command for s in t.services] == [miniwob.service_command(name, seed)]
+        assert t.verifier == miniwob.VERIFIER
+        assert t.solution and all(isinstance(s, GuiAction) for s in t.solution), t.id
+        assert len(t.solution) < t.limits.max_turns
+        assert t.instruction.strip() and "{" not in t.instruction
+
+
+def test_build_and_write_round_trip(tmp_path: Path) -> None:
+    steps = [{"action": "click", "x": 10, "y": 20}, {"action": "type", "text": "a: b"}]
+    data = [
+        miniwob.build_task("click-test", 5, "Click the button.", steps[:1]),
+        miniwob.build_task("enter-text", 2, 'Enter "a: b" and press Submit.', steps),
+    ]
+    paths = miniwob.write_suite(data, tmp_path)
+    assert sorted(p.name for p in paths) == ["click-test.yaml", "enter-text.yaml"]
+    assert "&id" not in paths[1].read_text()  # no YAML anchors shared between tasks
+    loaded = load_suite(tmp_path)
+    assert [t.id for t in loaded] == ["click-test-s5", "enter-text-s2"]
+    assert loaded[1].reference_script()["steps"] == steps
+    assert miniwob.seed_of(loaded[1]) == 2
+    with pytest.raises(ValueError, match="unknown MiniWoB task"):
+        miniwob.build_task("book-flight", 0, "Book.", steps)
+    with pytest.raises(ValueError, match="no instances"):
+        miniwob.load("book-flight")
+
+
+def test_generated_files_are_current(tmp_path: Path) -> None:
+    """Each suite file is what write_suite makes of its tasks (no hand edits)."""
+    files = sorted(miniwob.SUITE_DIR.glob("*.yaml"))
+    assert sorted(p.stem for p in files) == sorted(miniwob.TASKS)
+    for path in files:
+        items = yaml.safe_load(path.read_text())["tasks"]
+        (out,) = miniwob.write_suite(items, tmp_path)
+        assert out.read_text() == path.read_text(), path
+
+
+def test_mounts_the_package_html_read_only() -> None:
+    task = SUITE[0]
+    mounts = services.mounts(task)
+    html = Path(services.miniwob_html())
+    assert mounts[str(html)] == services.MINIWOB == "/opt/forge/miniwob"
+    assert (html / "miniwob" / f"{task.tags[1]}.html").is_file()
+    web = load_suite("web")[0]
+    assert services.MINIWOB not in services.mounts(web).values()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Running:
+    """An instance's service under the launcher in ``workspace`` until :meth:`finish`."""
+
+    def __init__(self, task: Task, workspace: Path, done: Path) -> None:
+        port = _free_port()
+        paths = {services.WEBAPPS: services.WEBAPPS_HOST, services.MINIWOB: services.miniwob_html()}
+        text = json.dumps(services.launcher_spec(task, paths))
+        spec = text.replace(f":{miniwob.PORT}/", f":{port}/").replace(
+            f"--port {miniwob.PORT}", f"--port {port}"
+        )
+        self.url = f"http://127.0.0.1:{port}/"
+        wait = f"while [ ! -e '{done}' ]; do sleep 0.1; done"
+        argv = [sys.executable, "-I", services.LAUNCHER_HOST, "--spec", spec, "--"]
+        self.done = done
+        self.proc = subprocess.Popen(
+            [*argv, "sh", "-c", wait], cwd=workspace, stderr=subprocess.PIPE, text=True
+        )
+        self.task_id, self.stderr = task.id, ""
+
+    def wait_up(self) -> None:
+        end = time.monotonic() + 30
+        while not self.up():
+            if self.proc.poll() is not None or time.monotonic() > end:
+                self.finish()
+                raise AssertionError(f"{self.task_id}: service did not come up: {self.stderr}")
+            time.sleep(0.05)
+
+    def up(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "health", timeout=1) as resp:
+                return resp.status == 200
+        except OSError:
+            return False
+
+    def finish(self) -> int:
+        self.done.touch()
+        try:
+            code = self.proc.wait(timeout=15)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+        assert self.proc.stderr is not None
+        self.stderr = self.proc.stderr.read()
+        return code
+
+
+class Ahead:
+    """Launchers started a few instances ahead of the test that plays them (starting one is
+    mostly waiting, so the wait overlaps the playing); each in its own workspace."""
+
+    def __init__(self, tasks: list[Task], root: Path, depth: int = 3) -> None:
+        self.tasks, self.root, self.depth = tasks, root, depth
+        self.started: dict[str, tuple[Running, Path]] = {}
+
+    def _start(self, task: Task) -> None:
+        if task.id in self.started:
+            return
+        folder = self.root / task.id
+        (folder / "ws").mkdir(parents=True)
+        self.started[task.id] = (Running(task, folder / "ws", folder / "harness-done"), folder)
+
+    def take(self, task: Task) -> tuple[Running, Path]:
+        self._start(task)
+        at = next(i for i, t in enumerate(self.tasks) if t.id == task.id)
+        for later in self.tasks[at + 1 : at + 1 + self.depth]:
+            self._start(later)
+        run, folder = self.started.pop(task.id)
+        run.wait_up()
+        return run, folder
+
+    def close(self) -> None:
+        for run, _ in self.started.values():
+            run.finish()
+
+
+@pytest.fixture(scope="module")
+def ahead(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ahead]:
+    pool = Ahead(SUITE, tmp_path_factory.mktemp("miniwob"))
+    yield pool
+    pool.close()
+
+
+@pytest.fixture(scope="module")
+def page() -> Iterator[Any]:
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as pw:
+        browser = launch_browser(pw)
+        yield new_page(browser, *miniwob.SCREEN)
+        browser.close()
+
+
+def start_episode(page: Any, url: str) -> str:
+    """Load the page and wait for its episode to start; the utterance shown."""
+    page.goto(url)
+    page.wait_for_function("document.body && document.body.dataset.episode === 'started'")
+    page.wait_for_function("WOB_TASK_READY === true")
+    settle(page)
+    return str(page.evaluate("core.getUtterance()"))
+
+
+def state(workspace: Path) -> dict[str, Any]:
+    return json.loads((workspace / ".app" / "state.json").read_text())
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("task", SUITE, ids=[t.id for t in SUITE])
+def test_solution_scores_one_and_nothing_zero(page: Any, ahead: Ahead, task: Task) -> None:
+    run, folder = ahead.take(task)
+    workspace = folder / "ws"
+    try:
+        assert start_episode(page, run.url) == task.instruction
+        untouched = verify(task.verifier, DirSandbox(workspace), None)
+        assert untouched.reward == 0.0, untouched.detail
+        for step in task.solution:
+            assert isinstance(step, GuiAction)
+            play(page, step.model_dump(), *miniwob.SCREEN)
+    finally:
+        assert run.finish() == 0, run.stderr
+    verdict = verify(task.verifier, DirSandbox(workspace), "done")
+    assert verdict.reward == 1.0, verdict.detail
+    assert state(workspace)["reports"] == 1
+
+
+@pytest.mark.browser
+def test_failure_is_final_and_reports_cannot_be_forged(page: Any, tmp_path: Path) -> None:
+    """Clicking TWO in click-test-2 is MiniWoB's -1, so 0; reloading and then solving does not
+    change it; a report without the page's secret is refused."""
+    task = miniwob.load("click-test-2")[0]
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    run = Running(task, workspace, tmp_path / "harness-done")
+    run.wait_up()
+    try:
+        start_episode(page, run.url)
+        forged = json.dumps({"token": "x", "raw_reward": 1, "reward": 1}).encode()
+        req = urllib.request.Request(run.url + "report", data=forged)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(req, timeout=5)
+        assert refused.value.code == 403
+        assert page.evaluate("document.documentElement.innerHTML.includes('token')") is False
+        box = page.locator("#subbtn2").bounding_box()
+        page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        settle(page)
+        assert state(workspace)["raw_reward"] == -1.0
+        start_episode(page, run.url)
+        for step in task.solution:
+            assert isinstance(step, GuiAction)
+            play(page, step.model_dump(), *miniwob.SCREEN)
+    finally:
+        assert run.finish() == 0, run.stderr
+    got = state(workspace)
+    assert got["raw_reward"] == -1.0 and got["reports"] == 2 and got["done"] is True
+    assert verify(task.verifier, DirSandbox(workspace), "done").reward == 0.0
