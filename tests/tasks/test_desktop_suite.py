@@ -4,6 +4,7 @@ untouched does not."""
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -19,9 +20,9 @@ from tests.rewards.sandbox_double import DirSandbox
 
 DESKTOP = load_suite("desktop")
 FILE_CHECKS = {"file_equals", "file_exists", "file_absent", "file_regex", "json_field"}
-needs_x = pytest.mark.skipif(
-    bool(missing_tools()), reason=f"GUI tools missing: {', '.join(missing_tools())}"
-)
+APPS = sorted({s.command.split()[0] for t in DESKTOP for s in t.services})
+MISSING = missing_tools() + [a for a in APPS if shutil.which(a) is None]
+needs_x = pytest.mark.skipif(bool(MISSING), reason=f"GUI programs missing: {', '.join(MISSING)}")
 
 
 def test_suite_shape() -> None:
@@ -39,8 +40,7 @@ def test_suite_shape() -> None:
         assert {v["type"] for v in specs} <= FILE_CHECKS, t.id  # state, not the agent's claim
         clicks += any(s.action == "click" for s in t.solution)
     assert clicks >= 5
-    apps = {s.command.split()[0] for t in DESKTOP for s in t.services}
-    assert apps >= {"xedit", "stterm", "xcalc", "xmessage"}
+    assert set(APPS) >= {"xedit", "stterm", "xcalc", "xmessage"}
 
 
 def settled_verdict(task: Task, box: DirSandbox, most_s: float = 5.0) -> Verdict:

@@ -18,10 +18,14 @@ from forge.harnesses.desktop import MODULES, PROGRAM, DesktopHarness
 from forge.harnesses.desktop_actions import DESKTOP_ACTIONS, ActionError, pixel_digest, xdotool_keys
 from forge.harnesses.desktop_agent import OMITTED, keep_latest_images, screenshot_message
 from forge.harnesses.desktop_display import missing_tools, task_desktop
-from forge.sandboxes.base import ExecResult
+from forge.sandboxes import services
+from forge.sandboxes.base import ExecResult, SandboxSpec
+from forge.sandboxes.local import LocalSandbox
+from rewards import verify
+from tasks import load_suite
 from tasks.schema import Task
 from tests.forge.harnesses.helpers import attempt_ctx
-from tests.forge.harnesses.test_react import ok, reply, tool_call
+from tests.forge.harnesses.test_react import needs_bwrap, ok, reply, tool_call
 from tests.forge.httpstub import StubServer
 
 AGENT = Path(__file__).resolve().parents[3] / "forge" / "harnesses" / "desktop_agent.py"
@@ -212,3 +216,52 @@ def test_no_display_is_reported(tmp_path: Path) -> None:
     )
     assert proc.returncode == 4 and "DISPLAY is not set" in proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1])["stop"] == "error"
+
+
+@needs_x
+@needs_bwrap
+@pytest.mark.slow
+def test_reference_episode_in_isolated_sandbox(tmp_path: Path) -> None:
+    """A desktop task end to end without Ray: an isolated LocalSandbox, the real services
+    launcher (Xvfb, openbox, xedit inside the sandbox), the harness's own command and env, and
+    a chat endpoint answering with the task's reference solution, then done; the verifier
+    passes on the files the sandbox's xedit saved."""
+    task = next(t for t in load_suite("desktop") if t.id == "xedit_append_item")
+    steps = task.reference_script()["steps"]
+    replies = [ok(reply(None, [tool_call(i, s.pop("action"), json.dumps(s))])) for i, s in
+               enumerate(steps)]  # fmt: skip
+    replies.append(ok(reply(None, [call(len(steps), "done", answer="")])))
+    stub = StubServer(lambda m, p, h, b: replies.pop(0), str(tmp_path / "p.sock"))
+    harness = DesktopHarness()
+    sb = LocalSandbox(root=tmp_path / "sb", isolation="required")
+    try:
+        sb.create(
+            SandboxSpec(
+                labels={"run": "t"},
+                ro_mounts={**harness.ro_mounts(), **services.mounts(task)},
+                proxy_socket=stub.address,
+            )
+        )
+        for path, content in task.files.items():
+            sb.put_file(path, content)
+        ctx = attempt_ctx(
+            base_url=f"http://{sb.proxy_host_port()}{PREFIX}",
+            workspace=sb.workspace,
+            paths=sb.path_map(),
+            extra=services.gui_extra(task),
+            instruction=task.instruction,
+        )
+        command = services.wrap(task, ctx, harness.command(ctx))
+        result = sb.exec(command, 120, env=harness.env(ctx))
+        assert result.exit_code == 0, result.stderr[-2000:]
+        assert DesktopHarness.summary(result) == {
+            "final_answer": "",
+            "turns": len(steps) + 1,
+            "stop": "done",
+            "actions": len(steps),
+            "unchanged": 0,
+        }
+        assert verify(task.verifier, sb, "").reward == 1.0
+    finally:
+        sb.destroy()
+        stub.close()
