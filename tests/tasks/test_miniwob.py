@@ -32,6 +32,7 @@ from tasks import Task, miniwob
 from tasks.gui_play import CHROMIUM, launch_browser, new_page, play, settle
 from tasks.loader import load_suite
 from tasks.schema import GuiAction
+from tasks.webapps.miniwob_server import EPISODE_MS
 from tests.rewards.sandbox_double import DirSandbox
 
 SUITE = miniwob.load()
@@ -214,6 +215,7 @@ def test_solution_scores_one_and_nothing_zero(page: Any, ahead: Ahead, task: Tas
     workspace = folder / "ws"
     try:
         assert start_episode(page, run.url) == task.instruction
+        assert page.evaluate("core.EPISODE_MAX_TIME") == EPISODE_MS  # not MiniWoB's 10-15 s
         untouched = verify(task.verifier, DirSandbox(workspace), None)
         assert untouched.reward == 0.0, untouched.detail
         for step in task.solution:
@@ -242,7 +244,7 @@ def test_failure_is_final_and_reports_cannot_be_forged(page: Any, tmp_path: Path
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(req, timeout=5)
         assert refused.value.code == 403
-        assert page.evaluate("document.documentElement.innerHTML.includes('token')") is False
+        assert page.evaluate("document.documentElement.innerHTML.includes('/report')") is False
         box = page.locator("#subbtn2").bounding_box()
         page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
         settle(page)
