@@ -21,6 +21,9 @@ class DesktopHarness:
     command ``DISPLAY``; the screen's size comes from ``ctx.extra["screen"]`` ("WxH") when the
     episode gives it (else the program asks the display). ``keep_screenshots``: how many of
     the latest screenshots stay in the conversation (0: none are sent, text results only).
+    Replacing an older screenshot with a note changes the prompt's prefix, so with the default
+    of 1 every turn starts a new training segment; a ``keep_screenshots`` above the episode's
+    turn count keeps one segment at the cost of a prompt that grows by a screenshot a turn.
     """
 
     name = "desktop"
