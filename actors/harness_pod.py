@@ -32,11 +32,12 @@ from starlette.requests import Request
 
 from forge.config import ProxyConfig, SandboxConfig
 from forge.episode import run_attempt
-from forge.types import ChatRequest, Completion, Episode, Turn
+from forge.types import ChatRequest, Completion, Episode, ImagePart, Turn
 from serve.engines.base import ContextLengthError, ImageInputError
 from serve.http_app import build_app, image_error, protocol_routes, request_api_key
 from serve.live import LiveCompletion, stream_policy
 from serve.protocol.common import ProtocolError, WireOptions
+from serve.protocol.images import ImageOptions, redact_images
 
 log = logging.getLogger(__name__)
 ATTEMPT_PREFIX = "/episodes/{episode_id}/attempts/{attempt:int}"
@@ -57,6 +58,7 @@ class AttemptState:
     rejected: dict[str, int] = field(default_factory=dict)
     refusals: list[str] = field(default_factory=list)  # "STATUS message" of each 4xx answered
     streams: list[tuple[Turn, LiveCompletion]] = field(default_factory=list)
+    images: dict[str, ImagePart] = field(default_factory=dict)  # the turns' images by sha256
 
     def reject(self, reason: str) -> None:
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
@@ -132,6 +134,7 @@ class HarnessPod:
         self.socket_path: str | None = None
         self._attempts: dict[tuple[str, int], AttemptState] = {}
         self._ended: OrderedDict[tuple[str, int], None] = OrderedDict()
+        self._closed_images: dict[tuple[str, int], dict[str, ImagePart]] = {}
         self._servers: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
         self.sandboxes: set[Any] = set()  # live sandboxes, destroyed on stop
 
@@ -141,7 +144,8 @@ class HarnessPod:
         """Start serving on ``host:port`` (0 picks a free port) and on a private Unix socket."""
         if self._servers:
             return self.address()
-        routes = protocol_routes(ATTEMPT_PREFIX, self, self.proxy_config.max_body_bytes)
+        images = ImageOptions(max_bytes=self.proxy_config.max_image_bytes)
+        routes = protocol_routes(ATTEMPT_PREFIX, self, self.proxy_config.max_body_bytes, images)
         app = build_app(routes)
         self.socket_path = os.path.join(tempfile.mkdtemp(prefix="forge-pod-"), "proxy.sock")
         # Two servers on one loop: uvicorn binds each itself (sockets handed to it lose
@@ -212,9 +216,11 @@ class HarnessPod:
         ident = (episode_id, attempt)
         state = self._attempts.pop(ident)
         state.settle_deliveries()
+        if state.images:  # handed to the Episode by run_episode
+            self._closed_images[ident] = state.images
         self._ended[ident] = None
         while len(self._ended) > ENDED_MEMORY:
-            self._ended.popitem(last=False)
+            self._closed_images.pop(self._ended.popitem(last=False)[0], None)
         return state
 
     def turns(self, episode_id: str, attempt: int) -> list[Turn]:
@@ -284,12 +290,13 @@ class HarnessPod:
             raise ProtocolError(502, f"policy error: {type(e).__name__}: {e}") from e
         if (state.episode_id, state.attempt) not in self._attempts:
             raise ProtocolError(410, "attempt ended while the call was in flight")
+        images = chat.images
         turn = Turn(
             episode_id=state.episode_id,
             attempt=state.attempt,
             index=len(state.turns),
             protocol=opts.protocol,
-            request=raw_body,
+            request=redact_images(raw_body, images),  # images by reference, never base64
             prompt_ids=completion.prompt_ids,
             completion_ids=completion.completion_ids,
             logprobs=completion.logprobs,
@@ -305,7 +312,10 @@ class HarnessPod:
             temperature=chat.sampling.temperature,
             sampling_overridden=replaced,
             invalid_tool_calls=completion.invalid_tool_calls,
+            images=[image.sha256 for image in images],
         )
+        for image in images:
+            state.images.setdefault(image.sha256, image)
         state.turns.append(turn)
         if live is not None:
             state.streams.append((turn, live))
@@ -335,12 +345,16 @@ class HarnessPod:
         """Play one attempt of ``task`` with ``harness`` in a fresh sandbox; return the Episode."""
         if not self._servers:
             await self.start()
-        return await run_attempt(
+        episode_id = episode_id or uuid.uuid4().hex[:16]
+        episode = await run_attempt(
             self,
             task,
             harness,
             attempt=attempt,
-            episode_id=episode_id or uuid.uuid4().hex[:16],
+            episode_id=episode_id,
             harness_options=harness_options or {},
             temperature=temperature,
         )
+        # the pixels of the turns' images travel with the Episode (not in its JSON line)
+        episode.images = self._closed_images.pop((episode_id, attempt), {})
+        return episode

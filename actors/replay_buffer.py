@@ -2,10 +2,12 @@
 
 A plain class; ``ray.remote(ReplayBuffer)`` where it is created. Every episode that reaches it is
 appended to ``<run_dir>/episodes/episodes.jsonl`` (and synced to disk) before the group is
-acknowledged; dropped groups are appended to ``dropped.jsonl`` with their reason, failed attempts
-to ``failures.jsonl`` with theirs. The trainer samples whole groups, oldest first; a group
-whose oldest turn is more than ``max_staleness`` policy versions behind the trainer is evicted
-and counted instead of trained on.
+acknowledged, each distinct image of its turns written once before it to
+``episodes/images/<sha256>.<ext>`` (:mod:`forge.episode_images`); dropped groups are appended
+to ``dropped.jsonl`` with their reason, failed attempts to ``failures.jsonl`` with theirs. The
+trainer samples whole groups, oldest first; a group whose oldest turn is more than
+``max_staleness`` policy versions behind the trainer is evicted and counted instead of trained
+on.
 
 Nothing dispatched goes unaccounted, even when the run dies: the scheduler reports each attempt
 it dispatches (:meth:`dispatched`) to ``attempts.jsonl``, a journal of ids that also notes every
@@ -27,6 +29,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from forge.episode_images import write_images
 from forge.types import Episode
 
 INTERRUPTED = "interrupted"
@@ -59,6 +62,7 @@ class ReplayBuffer:
         self.counts = {
             "groups_in": 0,
             "episodes_written": 0,
+            "images_written": 0,  # distinct image files, content-addressed
             "groups_sampled": 0,
             "groups_evicted_stale": 0,
             "groups_dropped": 0,
@@ -171,6 +175,7 @@ class ReplayBuffer:
         """Store a finished group; returns the buffer size. Episodes reach disk first."""
         import ray
 
+        self.counts["images_written"] += write_images(self.dir, group)  # before their records
         records = [{"group_id": group_id, **ep.to_dict()} for ep in group]
         for record in records:
             self._write(self._episodes, record)
@@ -183,6 +188,7 @@ class ReplayBuffer:
 
     def drop(self, group: list[Episode], group_id: str, reason: str) -> None:
         """A group that will not be trained on (a failure outlived its retries): logged, counted."""
+        self.counts["images_written"] += write_images(self.dir, group)
         record = {"group_id": group_id, "reason": reason, "episodes": [e.to_dict() for e in group]}
         self._write(self._dropped, record)
         self._recorded(group_id, record["episodes"], closed=True)
@@ -191,6 +197,7 @@ class ReplayBuffer:
 
     def log_failure(self, episode: Episode, group_id: str, reason: str) -> None:
         """A failed attempt (retried, or part of a dropped group): on disk with its reason."""
+        self.counts["images_written"] += write_images(self.dir, [episode])
         record = {"group_id": group_id, "reason": reason, **episode.to_dict()}
         self._write(self._failures, record)
         self._recorded(group_id, [record], closed=False)

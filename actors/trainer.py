@@ -39,7 +39,15 @@ from forge.logprobs import GapStats, token_logprobs
 from forge.rng import rng_state, set_rng_state
 from forge.types import Episode
 from serve.collective import Broadcaster, metas_of
-from serve.models import load_model
+from serve.models import load_model, load_model_and_processor
+from serve.vision import (
+    VisionInputs,
+    check_image_pads,
+    merge_size,
+    pad_token_id,
+    process_images,
+    vision_token_ids,
+)
 
 _SUMMED = ("loss", "pg_loss", "kl")  # micro-batch shares that add up to the batch value
 log = logging.getLogger(__name__)
@@ -60,8 +68,10 @@ class Trainer:
         cfg = self.config
         self.model_name, self.seed = model, seed
         self.device = torch.device(cfg.device)
-        self.model, self.tokenizer = load_model(model, seed=seed)
+        self.model, self.tokenizer, self.image_processor = load_model_and_processor(model, seed)
         self.model.to(self.device)
+        # a vision-language model: rows carry their images, the vision tokens are never sampled
+        self.banned = vision_token_ids(self.tokenizer) if self.image_processor else []
         self.ref_model = None
         if cfg.kl_coef > 0:
             self.ref_model, _ = load_model(model, seed=seed)
@@ -99,8 +109,9 @@ class Trainer:
         t0 = time.perf_counter()
         cfg = self.config
         episodes, advantages, stats = self._advantages(groups)
-        rows = build_rows(episodes, advantages)
+        rows = build_rows(episodes, advantages, images=self.image_processor is not None)
         batches = micro_batches(rows, cfg.micro_batch_tokens, self.tokenizer.pad_token_id)
+        visions = [self._vision(mb) for mb in batches]  # pixels once, for every epoch
         totals: dict[str, Tensor] = {}
         grad_norms: list[Tensor] = []
         gap = GapStats(self.device)
@@ -113,7 +124,7 @@ class Trainer:
             for i, mb_cpu in enumerate(batches):
                 mb = mb_cpu.to(self.device)
                 old = trainer_old[i] if epoch and trainer_old else None
-                loss, m, new = self._micro_step(mb, old)
+                loss, m, new = self._micro_step(mb, old, visions[i])
                 loss.backward()
                 epoch_loss = epoch_loss + loss.detach()
                 ratio_max = torch.maximum(ratio_max, m.pop("ratio_max"))
@@ -202,8 +213,24 @@ class Trainer:
         }
         return episodes, advantages, stats
 
+    def _vision(self, mb: MicroBatch) -> VisionInputs | None:
+        """The micro-batch's pixels, from its rows' images by the model's image processor (as
+        the Policy made them); refuses rows whose image tokens do not match their images'
+        grids (ids and pixels that disagree would train on what the policy never saw)."""
+        if self.image_processor is None:
+            return None
+        images = [image for row in mb.images for image in row]
+        vision = process_images(self.image_processor, images) if images else None
+        counts = vision.counts(merge_size(self.image_processor)) if vision is not None else []
+        pad, start = pad_token_id(self.tokenizer), 0
+        for i, row in enumerate(mb.images):
+            ids = mb.input_ids[i, : mb.lengths[i]].tolist()
+            check_image_pads(ids, counts[start : start + len(row)], pad)
+            start += len(row)
+        return vision
+
     def _micro_step(
-        self, mb: MicroBatch, trainer_old: Tensor | None
+        self, mb: MicroBatch, trainer_old: Tensor | None, vision: VisionInputs | None = None
     ) -> tuple[Tensor, dict[str, Tensor], Tensor]:
         """Loss and metrics of one micro-batch, and its logprobs under the current weights.
 
@@ -213,11 +240,11 @@ class Trainer:
         token's loss is weighted by ``min(exp(trainer_old - engine), tis_cap)``.
         """
         cfg = self.config
-        new, entropy = token_logprobs(self.model, mb, with_entropy=True)
+        new, entropy = token_logprobs(self.model, mb, True, vision, self.banned)
         kl = None
         if self.ref_model is not None:
             with torch.no_grad():
-                ref, _ = token_logprobs(self.ref_model, mb)
+                ref, _ = token_logprobs(self.ref_model, mb, False, vision, self.banned)
             kl = kl_penalty(new, ref, cfg.kl_kind)
         old, is_weights, tis = mb.old_logprobs, None, {}
         if cfg.rollout_correction == "tis":
@@ -275,12 +302,13 @@ class Trainer:
     @torch.no_grad()
     def episode_logprobs(self, episodes: list[Episode]) -> list[float]:
         """Sum of the current policy's logprobs of each episode's sampled tokens."""
-        rows = build_rows(episodes, [0.0] * len(episodes))
+        rows = build_rows(episodes, [0.0] * len(episodes), self.image_processor is not None)
         sums = [0.0] * len(episodes)
         pad = self.tokenizer.pad_token_id
         for mb in micro_batches(rows, self.config.micro_batch_tokens, pad):
+            vision = self._vision(mb)
             mb = mb.to(self.device)
-            lp, _ = token_logprobs(self.model, mb)
+            lp, _ = token_logprobs(self.model, mb, False, vision, self.banned)
             for r, ep in enumerate(mb.episode_index.tolist()):
                 sums[ep] += float(lp[r].sum())
         return sums
@@ -317,6 +345,8 @@ class Trainer:
         shutil.rmtree(tmp, ignore_errors=True)
         self.model.save_pretrained(tmp)
         self.tokenizer.save_pretrained(tmp)
+        if self.image_processor is not None:  # a VLM checkpoint loads back with its processor
+            self.image_processor.save_pretrained(tmp)
         torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save(rng_state(), tmp / "rng_state.pt")
         state = {

@@ -15,6 +15,9 @@ before the log-softmax, so its log-probabilities are those of the distribution t
 from. A segment sampled greedily (temperature 0, as evaluation does) has no such distribution and
 is refused with a ``ValueError``: greedy episodes are for evaluation, not for training.
 
+A row also carries its segment's images (the pixels of the episode's screenshots, in prompt
+order), which a vision-language trainer runs through its image processor again.
+
 Micro-batches are bounded by padded size (rows x longest row <= ``micro_batch_tokens``): rows
 are sorted longest first and packed greedily, which keeps padding small; a row longer than the
 bound forms a micro-batch of its own.
@@ -23,12 +26,12 @@ bound forms a micro-batch of its own.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
-from forge.types import Episode
+from forge.types import Episode, ImagePart
 
 
 @dataclass
@@ -42,6 +45,7 @@ class Row:
     episode: int  # index into the batch's episodes
     weight: float  # loss weight of each sampled token: 1 / (E * T_e)
     temperature: float = 1.0  # the segment's sampling temperature (> 0)
+    images: list[ImagePart] = field(default_factory=list)  # the segment's images, in order
 
     @property
     def length(self) -> int:
@@ -66,6 +70,8 @@ class MicroBatch:
     temperature: Tensor  # [B] float32, each row's sampling temperature
     tokens: int  # real (unpadded) tokens in the rows
     sampled: int  # tokens with mask 1
+    lengths: list[int] = field(default_factory=list)  # each row's positions (length - 1)
+    images: list[list[ImagePart]] = field(default_factory=list)  # each row's images, in order
 
     def to(self, device: torch.device | str) -> MicroBatch:
         move = {
@@ -78,19 +84,41 @@ class MicroBatch:
             temperature=self.temperature.to(device),
             tokens=self.tokens,
             sampled=self.sampled,
+            lengths=self.lengths,
+            images=self.images,
         )
 
 
-def build_rows(episodes: Sequence[Episode], advantages: Sequence[float]) -> list[Row]:
+def segment_images(ep: Episode, turn_indices: Sequence[int]) -> list[ImagePart]:
+    """The images of a segment's sequence, in order: those of its last turn's prompt (which
+    holds every earlier turn's prompt as its prefix). Raises ``ValueError`` when the episode
+    lacks the pixels of one."""
+    if not turn_indices or not ep.turns:
+        return []
+    turn = ep.turns[turn_indices[-1]]
+    missing = [sha for sha in turn.images if sha not in ep.images]
+    if missing:
+        raise ValueError(
+            f"episode {ep.episode_id}: turn {turn.index} has images without their pixels "
+            f"({', '.join(s[:12] for s in missing)}); load them with forge.episode_images"
+        )
+    return [ep.images[sha] for sha in turn.images]
+
+
+def build_rows(
+    episodes: Sequence[Episode], advantages: Sequence[float], images: bool = False
+) -> list[Row]:
     """One row per segment that has a sampled token, with its episode's advantage and weight.
 
     Episodes with no sampled token at all are left out (they cannot carry a gradient) and do not
-    count in ``E``. Raises ``ValueError`` on a segment whose fields disagree in length, and on a
-    trainable segment sampled at temperature <= 0 (greedy: no distribution to train).
+    count in ``E``. With ``images`` (a vision-language trainer), each row carries its segment's
+    images (:func:`segment_images`). Raises ``ValueError`` on a segment whose fields disagree
+    in length, and on a trainable segment sampled at temperature <= 0 (greedy: no distribution
+    to train).
     """
     if len(episodes) != len(advantages):
         raise ValueError(f"{len(episodes)} episodes but {len(advantages)} advantages")
-    staged: list[tuple[int, list[tuple[Tensor, Tensor, Tensor, float]]]] = []
+    staged: list[tuple[int, list[tuple[Tensor, Tensor, Tensor, float, list[ImagePart]]]]] = []
     for ep_i, ep in enumerate(episodes):
         parts = []
         for seg in ep.segments:
@@ -112,7 +140,10 @@ def build_rows(episodes: Sequence[Episode], advantages: Sequence[float]) -> list
                 )
             tokens = torch.tensor(seg.tokens, dtype=torch.long)
             old = torch.tensor(seg.logprobs[1:], dtype=torch.float32)
-            parts.append((tokens, mask, torch.where(mask, old, 0.0), float(seg.temperature)))
+            pixels = segment_images(ep, seg.turn_indices) if images else []
+            parts.append(
+                (tokens, mask, torch.where(mask, old, 0.0), float(seg.temperature), pixels)
+            )
         if parts:
             staged.append((ep_i, parts))
     n_eps = len(staged)
@@ -120,8 +151,8 @@ def build_rows(episodes: Sequence[Episode], advantages: Sequence[float]) -> list
     for ep_i, parts in staged:
         t_e = sum(int(p[1].sum()) for p in parts)
         weight = 1.0 / (n_eps * t_e)
-        for tokens, mask, old, temp in parts:
-            rows.append(Row(tokens, mask, old, float(advantages[ep_i]), ep_i, weight, temp))
+        for tokens, mask, old, temp, pixels in parts:
+            rows.append(Row(tokens, mask, old, float(advantages[ep_i]), ep_i, weight, temp, pixels))
     return rows
 
 
@@ -166,6 +197,8 @@ def collate(rows: Sequence[Row], pad_id: int) -> MicroBatch:
         temperature=torch.tensor([r.temperature for r in rows], dtype=torch.float32),
         tokens=sum(r.length for r in rows),
         sampled=sum(r.sampled for r in rows),
+        lengths=[r.length - 1 for r in rows],
+        images=[list(r.images) for r in rows],
     )
 
 

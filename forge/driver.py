@@ -28,6 +28,7 @@ import yaml
 from forge import metrics
 from forge.cluster import init_ray
 from forge.config import RunConfig
+from forge.episode_images import write_images
 from forge.harnesses import require
 from forge.harnesses.install import HarnessNotInstalled
 from forge.progress import Progress
@@ -197,6 +198,7 @@ class Run:
         )
         out = self.dir / "eval" / f"step_{self.step}.jsonl"
         out.parent.mkdir(exist_ok=True)
+        write_images(out.parent, episodes)  # eval/images/<sha256>.<ext>
         with open(out, "w") as f:
             for ep in episodes:
                 f.write(json.dumps(ep.to_dict()) + "\n")

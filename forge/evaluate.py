@@ -43,6 +43,7 @@ from pydantic import ValidationError
 
 from forge.cluster import init_ray
 from forge.config import ConfigError, RunConfig, error_line
+from forge.episode_images import write_images
 from forge.fidelity import wire_fidelity
 from forge.harnesses import HARNESSES, require
 from forge.harnesses.install import HarnessNotInstalled
@@ -293,6 +294,7 @@ def evaluate(config: RunConfig, agents: list[Agent], k: int, out: Path) -> dict[
         episodes = ray.get(pending)
         failures = ray.get(sched.stop.remote())["failures"]
         ray.get(buffer.close.remote())
+        write_images(folder, episodes)  # screenshots beside the episodes, by sha256
         with open(folder / "episodes.jsonl", "w") as f:
             for ep in episodes:
                 f.write(json.dumps(ep.to_dict()) + "\n")

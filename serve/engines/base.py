@@ -15,15 +15,15 @@ class EngineRequest:
     ``chat`` is the request the prompt was rendered from; only the ``scripted`` test double reads
     it (a real model sees nothing but ``prompt_ids`` and, for a vision model, ``images``).
     ``images`` are the prompt's images in order, one per run of image pad tokens, and
-    ``vision`` what the model's image processor made of them (``pixel_values``,
-    ``image_grid_thw``), computed once by the Policy when it expanded the pads.
+    ``vision`` what the model's image processor made of them (a
+    :class:`serve.vision.VisionInputs`), computed once by the Policy when it expanded the pads.
     """
 
     prompt_ids: list[int]
     sampling: SamplingParams
     chat: ChatRequest | None = None
     images: list[ImagePart] = field(default_factory=list)
-    vision: dict[str, Any] | None = None
+    vision: Any = None
 
 
 @dataclass

@@ -1,7 +1,9 @@
 """A small torch engine: a Hugging Face causal LM on CPU or one GPU, batched, token in/token out.
 
 Requests that arrive together are left-padded into one batch and decoded step by step with the
-model's KV cache. Each row samples with its own temperature, top_p, seed and stop strings;
+model's KV cache (a vision-language model, ``tiny-vl`` or a local Qwen2-VL checkpoint, runs each
+request on its own with its pixels instead: :mod:`serve.engines.torch_vlm`). Each row samples
+with its own temperature, top_p, seed and stop strings;
 logprobs are the log-softmax of the logits divided by the row's temperature (raw logits when
 greedy) at the sampled token: the distribution sampled from when top_p is 1, as the trainer
 recomputes it (top_p truncation is not reflected; training calls force top_p to 1).
@@ -16,7 +18,7 @@ from typing import Any
 import torch
 
 from serve.engines.base import ContextLengthError, EngineOutput, EngineRequest
-from serve.models import load_model
+from serve.models import load_model_and_processor
 
 
 class TorchEngine:
@@ -31,14 +33,23 @@ class TorchEngine:
     ) -> None:
         if num_threads:
             torch.set_num_threads(num_threads)
-        self.model, self.tokenizer = load_model(model, seed=seed, dtype=dtype)
+        self.model, self.tokenizer, self.image_processor = load_model_and_processor(
+            model, seed=seed, dtype=dtype
+        )
         self.device = torch.device(device)
         self.model.to(self.device)
         # The longest prompt plus completion: the model's own positions unless told less.
         positions = getattr(self.model.config, "max_position_embeddings", None) or 8192
         self.max_context: int = min(max_context or positions, positions)
         self.eos_ids = {self.tokenizer.eos_token_id}
-        self.takes_images = False
+        # A vision-language model takes images (one request at a time: serve/engines/torch_vlm)
+        # and never samples its vision tokens; a text-only one refuses requests with images.
+        self.takes_images = self.image_processor is not None
+        self.banned_ids: list[int] = []
+        if self.takes_images:
+            from serve.vision import vision_token_ids
+
+            self.banned_ids = vision_token_ids(self.tokenizer)
         self._lock = threading.Lock()  # one batch or one weight load at a time
 
     async def generate(self, requests: list[EngineRequest]) -> list[EngineOutput]:
@@ -63,6 +74,21 @@ class TorchEngine:
                 raise ValueError("prompt_ids: empty prompt")
             if len(r.prompt_ids) + r.sampling.max_tokens > self.max_context:
                 raise ContextLengthError(len(r.prompt_ids), r.sampling.max_tokens, self.max_context)
+        if self.takes_images:
+            from serve.engines.torch_vlm import generate_one
+
+            return [
+                generate_one(
+                    self.model,
+                    self.image_processor,
+                    r,
+                    self.eos_ids,
+                    self.banned_ids,
+                    self._hit_stop,
+                    self.device,
+                )
+                for r in requests
+            ]
         width = max(len(r.prompt_ids) for r in requests)
         pad = self.tokenizer.pad_token_id
         ids = torch.full((n, width), pad, dtype=torch.long)

@@ -19,17 +19,19 @@ import base64
 import binascii
 import contextlib
 import contextvars
+import copy
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from forge.episode_images import EXTENSIONS
 from forge.types import ImagePart, image_part
 from serve.protocol.common import at, expect_dict, invalid, opt_str, req_str
 
 DEFAULT_MAX_IMAGE_BYTES = 10 * 1024 * 1024
-EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "image/webp": "webp"}
 MIME_TYPES = tuple(EXTENSIONS)
 
 
@@ -176,3 +178,38 @@ def anthropic_image(block: dict[str, Any], path: str) -> ImagePart:
     mime = req_str(source, "media_type", source_path)
     data = req_str(source, "data", source_path)
     return from_base64(data, mime, at(source_path, "data"), at(source_path, "media_type"))
+
+
+# --------------------------------------------------------------------------------------------
+# Records: a request body with each image's data replaced by its reference
+
+_PATH_TOKEN = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def image_ref(image: ImagePart) -> dict[str, str]:
+    """What a record keeps of an image: its content address and type (the bytes are written
+    once beside the episodes, ``images/<sha256>.<ext>``)."""
+    return {"sha256": image.sha256, "mime": image.mime}
+
+
+def redact_images(body: dict[str, Any], images: list[ImagePart]) -> dict[str, Any]:
+    """A copy of ``body`` with the data of each of ``images`` (at its :attr:`ImagePart.field`)
+    replaced by :func:`image_ref`; ``body`` itself is unchanged. Without images, ``body``."""
+    if not images:
+        return body
+    out = copy.deepcopy(body)  # strings are shared, not copied
+    for image in images:
+        keys: list[str | int] = [
+            name if name else int(index) for name, index in _PATH_TOKEN.findall(image.field)
+        ]
+        if not keys:
+            continue
+        parent: Any = out
+        try:
+            for key in keys[:-1]:
+                parent = parent[key]
+            parent[keys[-1]]  # the field must exist
+        except (KeyError, IndexError, TypeError):
+            raise ValueError(f"image field {image.field!r} is not in the body") from None
+        parent[keys[-1]] = image_ref(image)
+    return out
