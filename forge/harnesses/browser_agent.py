@@ -185,7 +185,7 @@ class Agent:
         result = self.browser.act(name, args)
         if not result.startswith("error"):
             self.actions += 1
-            self.unchanged += result.endswith("page changed: no")
+            self.unchanged += "page changed: no" in result
         return result
 
 

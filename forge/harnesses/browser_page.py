@@ -164,13 +164,26 @@ class Browser:
             self.close()
             raise BrowserCrashed(f"Chromium did not start: {e}") from e
         self.crashed = False
+        self.dialogs: list[str] = []  # what alert/confirm/prompt dialogs said since the last act
         self.context.on("page", self._on_page)
-        self.pages[0].on("crash", self._on_crash)
+        self._watch(self.pages[0])
+
+    def _watch(self, page: Any) -> None:
+        page.on("crash", self._on_crash)
+        page.on("dialog", self._on_dialog)
 
     def _on_page(self, page: Any) -> None:  # a popup or new tab becomes the active page
         if page not in self.pages:
             self.pages.append(page)
-            page.on("crash", self._on_crash)
+            self._watch(page)
+
+    def _on_dialog(self, dialog: Any) -> None:
+        """Accept it (a headless page cannot show it) and tell the model what it said."""
+        self.dialogs.append(f"{dialog.type} dialog said {dialog.message[:200]!r} (accepted)")
+        try:
+            dialog.accept()
+        except Exception:  # the page went away meanwhile
+            pass
 
     def _on_crash(self, _page: Any) -> None:
         self.crashed = True
@@ -246,6 +259,7 @@ class Browser:
     def act(self, name: str, args: dict[str, Any]) -> str:
         """Carry out one action (not ``done``); returns what happened, for the model."""
         before = (hashlib.sha256(self.screenshot()).digest(), self.url())
+        self.dialogs.clear()
         try:
             what = self._do(name, args)
         except BrowserCrashed:
@@ -259,7 +273,9 @@ class Browser:
         after = (hashlib.sha256(self.screenshot()).digest(), self.url())
         changed = "yes" if after != before else "no"
         where = f"; now at {after[1]}" if after[1] != before[1] else ""
-        return f"{what}; page changed: {changed}{where}"
+        said = "".join(f"; {d}" for d in self.dialogs)
+        self.dialogs.clear()
+        return f"{what}; page changed: {changed}{where}{said}"
 
     def _xy(self, args: dict[str, Any], kx: str = "x", ky: str = "y") -> tuple[int, int, str]:
         x, y = _number(args, kx), _number(args, ky)

@@ -35,10 +35,13 @@ PAGE = """<!doctype html><html><body style="margin:0">
 <button id="go" style="position:absolute;left:100px;top:200px;width:100px;height:40px"
   onclick="location.hash = document.getElementById('box').value;
            document.getElementById('h').textContent = 'Got ' + document.getElementById('box').value"
->Go</button></body></html>"""
+>Go</button>
+<button style="position:absolute;left:400px;top:200px;width:100px;height:40px"
+  onclick="alert('careful')">Alert</button></body></html>"""
 BOX = from_pixels(200, 115, 640, 480)
 GO = from_pixels(150, 220, 640, 480)
 EMPTY = from_pixels(600, 450, 640, 480)
+ALERT = from_pixels(450, 220, 640, 480)
 
 
 def call(i: int, name: str, **args: Any) -> dict[str, Any]:
@@ -157,7 +160,8 @@ def test_malformed_calls_and_noop_clicks(episode) -> None:
         call(4, "click", x="left", y=3),
         call(5, "click", x=EMPTY[0], y=EMPTY[1]),
         call(6, "press", keys="esc"),
-        call(7, "goto", url="http://127.0.0.1:9/nothing"),
+        call(7, "click", x=ALERT[0], y=ALERT[1]),
+        call(8, "goto", url="http://127.0.0.1:9/nothing"),
     ]
     replies = [ok(reply(None, bad)), ok(reply("I give up."))]
     stub, _, result = episode("none", replies, observation="screenshot+text")
@@ -166,8 +170,8 @@ def test_malformed_calls_and_noop_clicks(episode) -> None:
         "final_answer": "I give up.",
         "turns": 2,
         "stop": "answer",
-        "actions": 2,
-        "unchanged": 2,
+        "actions": 3,
+        "unchanged": 2,  # the empty spot and Escape; after the alert the button shows focus
     }
     observed = [m["content"] for m in stub.requests[1][3]["messages"] if m["role"] == "tool"]
     assert "not valid JSON" in observed[0]
@@ -176,7 +180,8 @@ def test_malformed_calls_and_noop_clicks(episode) -> None:
     assert observed[3].startswith("error: click:") and "number" in observed[3]
     assert observed[4].endswith("page changed: no")
     assert observed[5] == "pressed Escape; page changed: no"
-    assert observed[6].startswith("error: could not open http://127.0.0.1:9/nothing")
+    assert observed[6].endswith("; alert dialog said 'careful' (accepted)")
+    assert observed[7].startswith("error: could not open http://127.0.0.1:9/nothing")
     page_text = texts(stub.requests[0][3]["messages"][1])
     assert f"button 'Go' at ({GO[0]}, {GO[1]})" in page_text
     assert "input:text '' at" in page_text and "Start" in page_text
