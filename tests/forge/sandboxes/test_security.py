@@ -24,7 +24,13 @@ import pytest
 
 from forge.harnesses import HARNESSES, get_harness
 from forge.sandboxes.base import SandboxSpec
-from forge.sandboxes.bwrap import SYNTHESISED, bwrap_works, etc_paths, python_prefix
+from forge.sandboxes.bwrap import (
+    SHARED_CACHES,
+    SYNTHESISED,
+    bwrap_works,
+    etc_paths,
+    python_prefix,
+)
 from forge.sandboxes.local import LocalSandbox
 from tests.forge.harnesses.helpers import attempt_ctx
 
@@ -120,7 +126,11 @@ def test_probe_reads_nothing_of_the_host(sandboxes, tmp_path: Path, monkeypatch)
                 "/etc/shadow",
                 "/etc/passwd-",
             ]
-            optional = ["/etc/gshadow", "/etc/ssh", "/etc/ssl/private", "/etc/sudoers", "/var"]
+            optional = ["/etc/gshadow", "/etc/ssh", "/etc/ssl/private", "/etc/sudoers"]
+            # of /var only the fontconfig cache is shared (SHARED_CACHES); nothing else of it
+            optional += ["/var/lib", "/var/log", "/var/mail", "/var/spool", "/var/backups"]
+            optional += ["/var/cache/apt", "/var/cache/debconf", "/var/tmp"]
+            optional += [] if SHARED_CACHES else ["/var"]
             optional += ["/run/secrets", "/etc/machine-id", "/etc/pip.conf", "/etc/gitconfig"]
             for p in must_hide:  # each is there to be found: the probe could fail
                 assert os.path.lexists(p), p
@@ -140,6 +150,7 @@ def test_probe_reads_nothing_of_the_host(sandboxes, tmp_path: Path, monkeypatch)
     # down to the real Python installation; nothing else of the host.
     allowed = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "tmp", "dev"}
     allowed |= {"proc", "workspace", "home"}
+    allowed |= {"var"} if any(os.path.isdir(d) for d in SHARED_CACHES) else set()
     prefix = python_prefix()
     if prefix:
         allowed.add(prefix.strip("/").split("/")[0])
