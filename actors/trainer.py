@@ -14,6 +14,13 @@ distribution each segment was sampled from (:mod:`forge.logprobs`). The model st
 (no dropout) so that, before the first update, recomputed logprobs equal the recorded ones up to
 kernel rounding (``logprob_abs_diff_*`` and ``logprob_kl`` report the gap).
 
+A vision-language model (``tiny-vl``, a Qwen2-VL checkpoint) trains on the same rows with the
+episodes' screenshots: each micro-batch's images go through the model's image processor again
+(from the exact bytes the Policy saw), each row's image tokens are checked against the images'
+grids (a mismatch is refused, never trained on), and the logprobs are computed with the pixels
+at their tokens (:func:`forge.logprobs.token_logprobs`). Checkpoints then carry the image
+processor, so they load back as a Policy engine's model.
+
 A step whose loss or gradient norm is not finite is skipped: no optimizer step, the weights and
 optimizer state stay as they were, the version does not change (so nothing is published), and
 ``nonfinite_skipped`` counts it, with a warning in the log.
