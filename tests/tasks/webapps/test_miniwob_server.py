@@ -27,7 +27,7 @@ class Live:
     def __init__(self, episode: ms.Episode) -> None:
         self.episode = episode
         self.server = ms.serve(episode)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
         self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def get(self, path: str) -> tuple[int, bytes]:
