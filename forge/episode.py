@@ -136,11 +136,12 @@ async def run_attempt(
         )
         for path, content in harness.files(ctx).items():
             sandbox.put_file(path, content)
+        env = harness.env(ctx)
         result = await asyncio.to_thread(
             sandbox.exec,
-            services.wrap(task, ctx, harness.command(ctx)),
+            services.wrap(task, ctx, harness.command(ctx), env),
             task.limits.timeout_s,
-            harness.env(ctx),
+            env,
         )
         answer_file = getattr(harness, "answer_file", None)  # optional: the agent writes it
         answer_path = answer_file(ctx) if answer_file is not None else None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
 LAUNCHER_HOST = str(Path(services_launch.__file__).resolve())
 WEBAPPS_HOST = str(Path(__file__).resolve().parents[2] / "tasks" / "webapps")
 WEBAPPS = "/opt/forge/webapps"  # where the sandbox sees tasks/webapps
+SHARED_ENV = frozenset({"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TZ"})
+"""Variables services keep even when the harness sets them (a harness may prepend to PATH)."""
 MINIWOB = "/opt/forge/miniwob"  # the miniwob package's html/, for MiniWoB tasks' services
 __all__ = ["PROGRAM", "WEBAPPS", "gui_extra", "mounts", "needs_launcher", "service_failed", "wrap"]
 
@@ -69,19 +72,26 @@ def gui_extra(task: Task) -> dict[str, str]:
     return extra
 
 
-def launcher_spec(task: Task, paths: dict[str, str]) -> dict[str, object]:
+def launcher_spec(
+    task: Task, paths: dict[str, str], harness_env: Iterable[str] = ()
+) -> dict[str, object]:
     return {
         "services": [s.model_dump() for s in task.services],
         "gui": task.gui.model_dump() if task.gui else None,
         "paths": paths,
+        "harness_env": sorted(set(harness_env) - SHARED_ENV),
     }
 
 
-def wrap(task: Task, ctx: AttemptContext, command: list[str]) -> list[str]:
-    """``command`` run under the launcher when the task needs it; else ``command`` itself."""
+def wrap(
+    task: Task, ctx: AttemptContext, command: list[str], harness_env: Iterable[str] = ()
+) -> list[str]:
+    """``command`` run under the launcher when the task needs it; else ``command`` itself.
+    ``harness_env``: names of the harness's own variables (``harness.env(ctx)``), which the
+    services do not get (except :data:`SHARED_ENV`)."""
     if not needs_launcher(task):
         return command
-    spec = json.dumps(launcher_spec(task, ctx.paths), separators=(",", ":"))
+    spec = json.dumps(launcher_spec(task, ctx.paths, harness_env), separators=(",", ":"))
     return ["python3", "-I", ctx.path(PROGRAM), "--spec", spec, "--", *command]
 
 

@@ -6,8 +6,10 @@ at :data:`PROGRAM` (see :func:`forge.sandboxes.services.wrap`)::
     python3 -I services_launch.py --spec JSON -- HARNESS COMMAND...
 
 ``JSON`` holds ``services`` (each ``{command, ready, ready_timeout_s}``, as
-``tasks.schema.Service``), ``gui`` (``{screen: [w, h], display: bool}`` or null) and ``paths``
-(sandbox path -> the path commands see it at, for backends without the fixed layout). In order:
+``tasks.schema.Service``), ``gui`` (``{screen: [w, h], display: bool}`` or null), ``paths``
+(sandbox path -> the path commands see it at, for backends without the fixed layout) and
+``harness_env`` (names of variables meant for the harness alone: its key, its PYTHONPATH; the
+display and the services do not get them). In order:
 
 1. with ``gui.display``: ``Xvfb`` on a display it picks itself (``-displayfd``), sized
    ``WxHx24``, then ``openbox`` on it; ``DISPLAY`` is exported to everything after;
@@ -88,7 +90,9 @@ class Launcher:
     def __init__(self, spec: dict[str, Any], logdir: str) -> None:
         self.spec = spec
         self.logdir = logdir
-        self.env = dict(os.environ)
+        self.env = dict(os.environ)  # the harness's; DISPLAY is added
+        private = set(spec.get("harness_env") or ())
+        self.service_env = {k: v for k, v in self.env.items() if k not in private}
         self.groups: list[tuple[str, subprocess.Popen[bytes]]] = []  # (name, leader)
 
     def _spawn(self, name: str, argv: list[str], log: str, **kw: Any) -> subprocess.Popen[bytes]:
@@ -98,7 +102,7 @@ class Launcher:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=self.env,
+                env=self.service_env,
                 start_new_session=True,
                 preexec_fn=_die_with_parent,
                 **kw,
@@ -141,7 +145,7 @@ class Launcher:
                         raise Failed(f"Xvfb exited before it chose a display: {_tail(log)}")
                     number += chunk
         display = f":{int(number)}"
-        self.env["DISPLAY"] = display
+        self.env["DISPLAY"] = self.service_env["DISPLAY"] = display
         try:
             self._spawn("openbox", ["openbox"], os.path.join(self.logdir, "wm.log"))
         except OSError as e:

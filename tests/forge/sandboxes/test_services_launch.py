@@ -101,6 +101,22 @@ def test_file_ready_and_service_without_ready(tmp_path: Path) -> None:
     assert gone_soon(int((tmp_path / "bg.pid").read_text()))
 
 
+def test_services_do_not_get_the_harness_variables(tmp_path: Path) -> None:
+    spec = {
+        "services": [{"command": 'echo "${API_KEY:-unset} $LANG" > svc.env', "ready": None}],
+        "harness_env": ["API_KEY"],
+    }
+    argv = [sys.executable, "-I", LAUNCHER, "--spec", json.dumps(spec), "--"]
+    wait = 'while [ ! -s svc.env ]; do sleep 0.02; done; echo "harness has $API_KEY"'
+    env = {**os.environ, "API_KEY": "sk-attempt", "LANG": "C.UTF-8"}
+    done = subprocess.run(
+        [*argv, "sh", "-c", wait], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    assert "harness has sk-attempt" in done.stdout
+    assert (tmp_path / "svc.env").read_text().split() == ["unset", "C.UTF-8"]
+
+
 def test_service_that_dies_is_an_infrastructure_failure(tmp_path: Path) -> None:
     port = free_port()
     spec = {
@@ -224,6 +240,15 @@ def test_wiring_without_services_changes_nothing() -> None:
     assert services.mounts(task) == {} and services.gui_extra(task) == {}
     ctx = AttemptContext("http://b/v1", "http://b", "k", "m", "x", "/workspace")
     assert services.wrap(task, ctx, ["run", "it"]) == ["run", "it"]
+
+
+def test_harness_variables_named_to_the_launcher_but_not_path() -> None:
+    task = _task(1)
+    ctx = AttemptContext("http://b/v1", "http://b", "k", "m", "x", "/workspace")
+    argv = services.wrap(task, ctx, ["agent"], {"OPENAI_API_KEY": "k", "PATH": "/x:/usr/bin"})
+    spec = json.loads(argv[argv.index("--spec") + 1])
+    assert spec["harness_env"] == ["OPENAI_API_KEY"]
+    assert argv[-2:] == ["--", "agent"]
 
 
 def test_gui_extra_names_screen_and_start_url() -> None:
