@@ -215,3 +215,38 @@ def test_scripted_engine_ignores_images() -> None:
     )
     completion = asyncio.run(policy.generate(request))
     assert completion.text and completion.finish_reason == "stop"
+
+
+def test_recorded_bodies_hold_references_in_every_form() -> None:
+    """The record of a request keeps each image as {sha256, mime} where its data stood."""
+    from serve.protocol.images import redact_images
+
+    image = {"type": "input_image", "image_url": DATA_URL}
+    bodies = {
+        chat.parse_request: chat_body(chat_image()),
+        responses.parse_request: {
+            "model": "m",
+            "input": [{"role": "user", "content": [image]}],
+        },
+        anthropic.parse_request: {
+            "model": "m",
+            "max_tokens": 5,
+            "messages": [{"role": "user", "content": [anthropic_image()]}],
+        },
+    }
+    for parse, body in bodies.items():
+        req, _ = parse(body)
+        recorded = redact_images(body, req.images)
+        assert B64[:64] not in repr(recorded) and B64[:64] in repr(body)  # a copy is redacted
+        assert repr({"sha256": SHA, "mime": "image/png"}) in repr(recorded)
+    assert redact_images({"a": 1}, []) == {"a": 1}
+
+
+def test_image_errors_cross_ray_with_their_field() -> None:
+    import pickle
+
+    from serve.engines.base import ImageInputError
+
+    err = pickle.loads(pickle.dumps(ImageInputError("model 'tiny' takes no images", "input[0]")))
+    assert (err.field, err.problem) == ("input[0]", "model 'tiny' takes no images")
+    assert str(err) == "input[0]: model 'tiny' takes no images"
