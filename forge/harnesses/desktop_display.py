@@ -75,7 +75,10 @@ def x_display(width: int = 640, height: int = 480) -> Iterator[str]:
             _stop(proc)
 
 
-def _wait_for_wm(display: str, timeout_s: float = 10.0) -> None:
+def _wait_for_wm(display: str, timeout_s: float = 20.0) -> None:
+    """Until openbox manages windows. Its _NET_SUPPORTING_WM_CHECK comes before that (it then
+    loads its theme and fonts), and a window mapped in between is lost for good: so a probe
+    window is mapped, again each second, until one shows."""
     env = {**os.environ, "DISPLAY": display}
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -83,8 +86,34 @@ def _wait_for_wm(display: str, timeout_s: float = 10.0) -> None:
             ["xprop", "-root", "_NET_SUPPORTING_WM_CHECK"], env=env, capture_output=True, text=True
         ).stdout
         if "window id" in out:
-            return
+            break
         time.sleep(0.05)
+    while time.monotonic() < deadline:
+        probe = subprocess.Popen(
+            ["xmessage", "-name", "forge-wm-probe", "-geometry", "+0+0", "probe"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            end = min(time.monotonic() + 1.0, deadline)
+            while time.monotonic() < end:
+                found = subprocess.run(
+                    ["xdotool", "search", "--onlyvisible", "--classname", "forge-wm-probe"],
+                    env=env, capture_output=True,
+                )  # fmt: skip
+                if found.stdout.strip():
+                    return
+                time.sleep(0.05)
+        finally:
+            _stop_probe(probe)
+
+
+def _stop_probe(probe: subprocess.Popen[bytes]) -> None:
+    probe.terminate()
+    try:
+        probe.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        probe.kill()
+        probe.wait()
 
 
 def start_service(command: str, workspace: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
