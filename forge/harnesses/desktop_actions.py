@@ -252,13 +252,13 @@ class Desktop:
 
     def settled_screenshot(self, most_s: float = 2.0) -> bytes:
         """A screenshot once the screen has settled: after ``settle_s``, taken again every
-        0.1 s until three in a row are the same, for at most ``most_s`` more (an animation
+        0.1 s until two in a row are the same, for at most ``most_s`` more (an animation
         never settles), so a slow application has drawn what the last action did."""
         time.sleep(self.settle_s)
         shot = self.screenshot()
         digest, same = pixel_digest(shot), 0
         deadline = time.monotonic() + most_s
-        while same < 2 and time.monotonic() < deadline:
+        while same < 1 and time.monotonic() < deadline:
             time.sleep(0.1)
             shot = self.screenshot()
             again = pixel_digest(shot)

@@ -139,7 +139,7 @@ def task_desktop(task: Any, workspace: Path, display: str | None = None) -> Iter
     env = {**os.environ, "DISPLAY": display}
     services = [start_service(s.command, workspace, env) for s in task.services]
     try:
-        desk = Desktop(display, width, height)
+        desk = Desktop(display, width, height, settle_s=0.1)  # then until the screen is still
         desk.wait_for_window()
         yield desk
     finally:
