@@ -58,8 +58,8 @@ else
 fi
 
 # Real harnesses, each pinned in its own folder of the cache (sandboxes mount it read-only).
-log "installing harnesses (mini-swe-agent, nanobot, browser: Playwright for the sandbox)"
-.venv/bin/forge harness install mini-swe-agent nanobot browser || log "WARNING: a harness did not install; its tests will skip"
+log "installing harnesses (mini-swe-agent, nanobot, browser: Playwright for the sandbox, browser-use)"
+.venv/bin/forge harness install mini-swe-agent nanobot browser browser-use || log "WARNING: a harness did not install; its tests will skip"
 if ! command -v npm >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   log "installing npm (apt), for the npm harnesses (Node 24 itself comes from npm)"
   (apt-get update -qq && apt-get install -y -qq npm >/dev/null) || log "npm not installed"

@@ -6,6 +6,7 @@ from typing import Any
 
 from forge.harnesses.base import AttemptContext, Harness
 from forge.harnesses.browser import BrowserHarness
+from forge.harnesses.browser_use import BrowserUseHarness
 from forge.harnesses.codex import CodexHarness
 from forge.harnesses.command import CommandHarness
 from forge.harnesses.desktop import DesktopHarness
@@ -26,6 +27,7 @@ HARNESSES: dict[str, type] = {
     "zeroclaw": ZeroClawHarness,
     "command": CommandHarness,
     "browser": BrowserHarness,
+    "browser-use": BrowserUseHarness,
     "desktop": DesktopHarness,
 }
 
@@ -50,6 +52,7 @@ __all__ = [
     "HARNESSES",
     "AttemptContext",
     "BrowserHarness",
+    "BrowserUseHarness",
     "CodexHarness",
     "CommandHarness",
     "DesktopHarness",

