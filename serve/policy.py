@@ -51,6 +51,7 @@ class Policy:
         self.config = PolicyConfig.model_validate(config)
         self.engine = make_engine(self.config.engine.name, **self.config.engine.engine_options())
         self.tokenizer = self.engine.tokenizer
+        self.image_processor = getattr(self.engine, "image_processor", None)  # vision models
         self.version = 0
         self._swap = asyncio.Lock()
         self._batcher = MicroBatcher(
@@ -81,7 +82,7 @@ class Policy:
         image's one pad token expanded to the image's token count (:mod:`serve.vision`)."""
         text = render(chat.messages, chat.tools)
         ids = self.tokenizer(text, add_special_tokens=False).input_ids
-        processor = getattr(self.engine, "image_processor", None)
+        processor = getattr(self, "image_processor", None)  # (a bare Policy renders text only)
         if processor is None:
             return ids, None
         from serve.vision import expand_image_pads, merge_size, pad_token_id, process_images
