@@ -8,7 +8,7 @@ Policy, and every Policy answer is a :class:`Completion` carrying the exact toke
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 Protocol_ = Literal["chat", "responses", "anthropic"]
@@ -215,10 +215,6 @@ class Episode:
     images: dict[str, ImagePart] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        images, self.images = self.images, {}
-        try:
-            out = asdict(self)
-        finally:
-            self.images = images
+        out = asdict(replace(self, images={}))  # the pixels stay out of the record
         del out["images"]
         return out
