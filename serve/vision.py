@@ -22,9 +22,8 @@ import torch
 from torch import Tensor
 
 from forge.types import ImagePart
+from serve.chat_template import IMAGE_PAD, VISION_TOKENS
 from serve.engines.base import ImageInputError
-
-IMAGE_PAD = "<|image_pad|>"
 
 
 @dataclass
@@ -53,7 +52,7 @@ def pad_token_id(tokenizer: Any) -> int:
 def vision_token_ids(tokenizer: Any) -> list[int]:
     """Ids of the vision tokens the tokenizer knows: never sampled (the engine and the trainer
     both drop them from the distribution), since a sampled pad would have no pixels."""
-    names = ("<|vision_start|>", IMAGE_PAD, "<|vision_end|>", "<|video_pad|>")
+    names = (*VISION_TOKENS, "<|video_pad|>")
     vocab = tokenizer.get_vocab()
     return sorted(vocab[n] for n in names if n in vocab)
 
