@@ -104,16 +104,15 @@ def build(browser: Any, t: dict[str, Any]) -> dict[str, Any]:
             page = new_page(browser, W, H)
             page.goto(url)
             settle(page)
-            for kind, arg in t["steps"]:
-                if kind == "click":
+            for kind, arg, *more in t["steps"]:
+                if kind in ("click", "scroll"):
                     where = positions(page, W, H)
                     if arg not in where:
                         raise SystemExit(f"{t['id']}: no element {arg!r} on the page")
-                    step: dict[str, Any] = {
-                        "action": "click",
-                        "x": where[arg][0],
-                        "y": where[arg][1],
-                    }
+                    x, y = where[arg]
+                    step: dict[str, Any] = {"action": kind, "x": x, "y": y}
+                    if kind == "scroll":
+                        step["dy"] = more[0]
                 elif kind == "type":
                     step = {"action": "type", "text": arg}
                 else:

@@ -22,6 +22,25 @@ CHAIRS = {
     ],
 }
 
+CATALOGUE = {
+    "title": "ForgeShop: home",
+    "products": [
+        {"id": 1, "name": "Bath towel", "price": 14.0, "category": "bath"},
+        {"id": 2, "name": "Hand towel", "price": 7.5, "category": "bath"},
+        {"id": 3, "name": "Shower curtain", "price": 18.0, "category": "bath"},
+        {"id": 4, "name": "Soap dish", "price": 5.2, "category": "bath"},
+        {"id": 5, "name": "Table lamp", "price": 27.0, "category": "living"},
+        {"id": 6, "name": "Cushion, grey", "price": 12.0, "category": "living"},
+        {"id": 7, "name": "Throw blanket", "price": 29.0, "category": "living"},
+        {"id": 8, "name": "Photo frame", "price": 9.9, "category": "living"},
+        {"id": 9, "name": "Candle set", "price": 11.5, "category": "living"},
+        {"id": 10, "name": "Doormat", "price": 16.0, "category": "hall"},
+        {"id": 11, "name": "Coat hooks", "price": 8.8, "category": "hall"},
+        {"id": 12, "name": "Wall clock", "price": 22.0, "category": "living"},
+        {"id": 13, "name": "Key bowl", "price": 4.3, "category": "hall"},
+    ],
+}
+
 TASKS: list[dict[str, Any]] = [
     # -- shop -----------------------------------------------------------------------------
     {
@@ -91,6 +110,25 @@ TASKS: list[dict[str, Any]] = [
         "steps": [("click", "add:Office chair Basic"), ("click", "order")],
         "expect": {"orders.length": 1, "orders[0].items.length": 1,
                    "orders[0].items[0].name": "Office chair Basic"},
+    },
+    {
+        "id": "shop_scroll_wall_clock",
+        "app": "shop",
+        "seed": CATALOGUE,
+        "instruction": "Order one Wall clock. The product list is longer than the screen.",
+        "steps": [("scroll", "list", 2), ("click", "add:Wall clock"), ("click", "order")],
+        "expect": {"orders.length": 1, "orders[0].items.length": 1,
+                   "orders[0].items[0].name": "Wall clock"},
+    },
+    {
+        "id": "shop_scroll_cheapest_item",
+        "app": "shop",
+        "seed": CATALOGUE,
+        "instruction": "Order the cheapest product in the whole shop (look at every product, "
+        "the list scrolls), one of it.",
+        "steps": [("scroll", "list", 3), ("click", "add:Key bowl"), ("click", "order")],
+        "expect": {"orders.length": 1, "orders[0].items.length": 1,
+                   "orders[0].items[0].name": "Key bowl"},
     },
     # -- mail -----------------------------------------------------------------------------
     {

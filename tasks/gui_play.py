@@ -82,14 +82,17 @@ def play(page: Any, step: dict[str, Any], width: int, height: int) -> None:
 
 
 def positions(page: Any, width: int, height: int) -> dict[str, tuple[int, int]]:
-    """Every visible ``data-label`` element -> its centre in 0..1000 coordinates."""
+    """Every ``data-label`` element whose centre is on screen and not covered or clipped away
+    (what a click there would hit) -> that centre in 0..1000 coordinates."""
     boxes = page.eval_on_selector_all(
         "[data-label]",
         "els => els.map(e => { const r = e.getBoundingClientRect();"
-        " return [e.dataset.label, r.x, r.y, r.width, r.height]; })",
+        " const cx = r.x + r.width / 2, cy = r.y + r.height / 2;"
+        " const top = document.elementFromPoint(cx, cy);"  # null off screen
+        " return [e.dataset.label, cx, cy, !!top && (top === e || e.contains(top))]; })",
     )
     out: dict[str, tuple[int, int]] = {}
-    for label, x, y, w, h in boxes:
-        if w > 0 and h > 0 and x + w / 2 < width and y + h / 2 < height:
-            out[label] = from_pixels(x + w / 2, y + h / 2, width, height)
+    for label, cx, cy, on_top in boxes:
+        if on_top and 0 <= cx < width and 0 <= cy < height:
+            out[label] = from_pixels(cx, cy, width, height)
     return out
