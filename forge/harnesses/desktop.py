@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from forge.harnesses.base import AttemptContext, last_json, string_field
+from forge.harnesses.install import HarnessNotInstalled
 from forge.sandboxes.base import ExecResult
 
 HERE = Path(__file__).resolve().parent
 SANDBOX_DIR = "/opt/forge/harness"
 MODULES = ("desktop_agent.py", "desktop_actions.py", "gui_actions.py", "react_agent.py")
 PROGRAM = f"{SANDBOX_DIR}/desktop_agent.py"  # where the sandbox sees it
+TOOLS = ("xdotool", "import")  # the program's hands and eyes (import: ImageMagick)
 
 
 class DesktopHarness:
@@ -50,6 +53,12 @@ class DesktopHarness:
         self.system_prompt = system_prompt
 
     def ro_mounts(self) -> dict[str, str]:
+        missing = [tool for tool in TOOLS if shutil.which(tool) is None]
+        if missing:
+            raise HarnessNotInstalled(
+                f"harness 'desktop' needs {', '.join(missing)} in the sandbox: apt-get install "
+                "xdotool imagemagick (scripts/setup.sh installs them with Xvfb and openbox)"
+            )
         return {str(HERE / m): f"{SANDBOX_DIR}/{m}" for m in MODULES}
 
     def files(self, ctx: AttemptContext) -> dict[str, str]:

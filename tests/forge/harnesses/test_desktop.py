@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from forge.harnesses import get_harness
+from forge.harnesses import get_harness, require
 from forge.harnesses.desktop import MODULES, PROGRAM, DesktopHarness
 from forge.harnesses.desktop_actions import DESKTOP_ACTIONS, ActionError, pixel_digest, xdotool_keys
 from forge.harnesses.desktop_agent import OMITTED, keep_latest_images, screenshot_message
 from forge.harnesses.desktop_display import missing_tools, task_desktop
+from forge.harnesses.install import HarnessNotInstalled
 from forge.sandboxes import services
 from forge.sandboxes.base import ExecResult, SandboxSpec
 from forge.sandboxes.local import LocalSandbox
@@ -189,6 +190,7 @@ def test_keep_latest_images() -> None:
     assert msgs[0]["content"][1] == {"type": "text", "text": OMITTED}
 
 
+@needs_x  # ro_mounts checks xdotool and import are there
 def test_adapter() -> None:
     harness = get_harness("desktop", keep_screenshots=3, temperature=0.5, settle_s=0.2)
     assert isinstance(harness, DesktopHarness) and harness.protocol == "chat"
@@ -207,6 +209,12 @@ def test_adapter() -> None:
     assert harness.final_answer(ExecResult(0, f"noise\n{line}\n", "")) == "7"
     with pytest.raises(ValueError, match="keep_screenshots"):
         DesktopHarness(keep_screenshots=-1)
+
+
+def test_missing_tools_stop_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no xdotool, no import
+    with pytest.raises(HarnessNotInstalled, match="xdotool, import"):
+        require("desktop", {})
 
 
 def test_no_display_is_reported(tmp_path: Path) -> None:
