@@ -91,6 +91,13 @@ ELEMENTS_JS = """(limit) => {
 }"""
 
 
+SELECT_JS = """() => {
+  const e = document.activeElement;
+  if (!e || e.tagName !== 'SELECT') return null;
+  return Array.from(e.options).slice(0, 30).map(o => [o.text.trim().slice(0, 60), o.selected]);
+}"""
+
+
 class BrowserCrashed(Exception):
     """Chromium (or Playwright's driver) died: an infrastructure failure."""
 
@@ -275,7 +282,24 @@ class Browser:
         where = f"; now at {after[1]}" if after[1] != before[1] else ""
         said = "".join(f"; {d}" for d in self.dialogs)
         self.dialogs.clear()
+        if name in ("click", "double_click"):
+            said += self._dropdown()
         return f"{what}; page changed: {changed}{where}{said}"
+
+    def _dropdown(self) -> str:
+        """A note on the dropdown a click opened: headless Chromium draws no open list."""
+        try:
+            options = self.page.evaluate(SELECT_JS)
+        except Exception as e:
+            self._check(e)
+            return ""
+        if not options:
+            return ""
+        shown = ", ".join(f"{t!r}{' (selected)' if sel else ''}" for t, sel in options)
+        return (
+            f"; a dropdown list opened, not drawn in the screenshot: options {shown}; "
+            "choose with press ArrowDown or ArrowUp, then Enter"
+        )
 
     def _xy(self, args: dict[str, Any], kx: str = "x", ky: str = "y") -> tuple[int, int, str]:
         x, y = _number(args, kx), _number(args, ky)

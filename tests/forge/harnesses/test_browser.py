@@ -37,11 +37,14 @@ PAGE = """<!doctype html><html><body style="margin:0">
            document.getElementById('h').textContent = 'Got ' + document.getElementById('box').value"
 >Go</button>
 <button style="position:absolute;left:400px;top:200px;width:100px;height:40px"
-  onclick="alert('careful')">Alert</button></body></html>"""
+  onclick="alert('careful')">Alert</button>
+<select style="position:absolute;left:400px;top:100px;width:150px;height:30px">
+  <option>Apple</option><option selected>Banana</option></select></body></html>"""
 BOX = from_pixels(200, 115, 640, 480)
 GO = from_pixels(150, 220, 640, 480)
 EMPTY = from_pixels(600, 450, 640, 480)
 ALERT = from_pixels(450, 220, 640, 480)
+SELECT = from_pixels(475, 115, 640, 480)
 
 
 def call(i: int, name: str, **args: Any) -> dict[str, Any]:
@@ -163,6 +166,7 @@ def test_malformed_calls_and_noop_clicks(episode) -> None:
         call(7, "click", x=ALERT[0], y=ALERT[1]),
         call(8, "goto", url="http://127.0.0.1:9/nothing"),
     ]
+    bad.insert(7, call(9, "click", x=SELECT[0], y=SELECT[1]))
     replies = [ok(reply(None, bad)), ok(reply("I give up."))]
     stub, _, result = episode("none", replies, observation="screenshot+text")
     assert result.exit_code == 0, result.stderr[-3000:]
@@ -170,7 +174,7 @@ def test_malformed_calls_and_noop_clicks(episode) -> None:
         "final_answer": "I give up.",
         "turns": 2,
         "stop": "answer",
-        "actions": 3,
+        "actions": 4,
         "unchanged": 2,  # the empty spot and Escape; after the alert the button shows focus
     }
     observed = [m["content"] for m in stub.requests[1][3]["messages"] if m["role"] == "tool"]
@@ -181,7 +185,11 @@ def test_malformed_calls_and_noop_clicks(episode) -> None:
     assert observed[4].endswith("page changed: no")
     assert observed[5] == "pressed Escape; page changed: no"
     assert observed[6].endswith("; alert dialog said 'careful' (accepted)")
-    assert observed[7].startswith("error: could not open http://127.0.0.1:9/nothing")
+    assert observed[7].endswith(
+        "; a dropdown list opened, not drawn in the screenshot: options 'Apple', "
+        "'Banana' (selected); choose with press ArrowDown or ArrowUp, then Enter"
+    )
+    assert observed[8].startswith("error: could not open http://127.0.0.1:9/nothing")
     page_text = texts(stub.requests[0][3]["messages"][1])
     assert f"button 'Go' at ({GO[0]}, {GO[1]})" in page_text
     assert "input:text '' at" in page_text and "Start" in page_text
