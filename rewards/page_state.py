@@ -98,6 +98,13 @@ class PageState(VerifierModel):
         default_factory=list, description="Expectations: {path, equals | contains, ignore_case}."
     )
 
+    @field_validator("path")
+    @classmethod
+    def _relative(cls, v: str) -> str:
+        if v.startswith("/") or ".." in v.split("/"):
+            raise ValueError(f"{v!r} must be a path inside the workspace (relative, no '..')")
+        return v
+
     @field_validator("expect")
     @classmethod
     def _expect_paths(cls, v: dict[str, Any]) -> dict[str, Any]:

@@ -86,6 +86,8 @@ def test_other_state_file_and_bad_json(sandbox) -> None:
         ({"checks": [{"path": "a", "equls": 1}]}, "checks[0].equls"),
         ({"expect": {"a..b": 1}}, "expect: path 'a..b' has an empty part"),
         ({"expect": {"a": 1}, "colour": "red"}, "colour: unknown field for page_state"),
+        ({"expect": {"a": 1}, "path": "/etc/passwd"}, "path: '/etc/passwd' must be a path inside"),
+        ({"expect": {"a": 1}, "path": "../x.json"}, "path: '../x.json' must be a path inside"),
     ],
 )
 def test_spec_errors_name_the_field(spec: dict, message: str) -> None:
