@@ -20,6 +20,7 @@ import shutil
 import sys
 import tempfile
 import time
+import urllib.parse
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -342,6 +343,10 @@ class Browser:
             return f"dragged from {start} to {end}"
         if name == "goto":
             url = _string(args, "url")
+            if urllib.parse.urlsplit(url.strip()).scheme.lower() not in ("http", "https"):
+                # javascript: would run code in the page (a MiniWoB page reports its own reward
+                # from there); data:, file: and view-source: reach what the task did not show
+                raise ValueError(f"goto opens http(s) addresses only, not {url[:80]!r}")
             error = self.goto(url)
             return error or f"opened {url}"
         if name == "back":

@@ -4,12 +4,15 @@ Playwright, in a LocalSandbox (under bubblewrap where it works)."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from forge.harnesses import HARNESSES, get_harness
@@ -47,6 +50,14 @@ ALERT = from_pixels(450, 220, 640, 480)
 SELECT = from_pixels(475, 115, 640, 480)
 
 
+class LiveScript(Script):
+    """Scripted replies; a callable one is called when its turn comes (to act mid-episode)."""
+
+    def __call__(self, method: str, path: str, headers: dict[str, str], body: Any):
+        out = super().__call__(method, path, headers, body)
+        return out() if callable(out) else out
+
+
 def call(i: int, name: str, **args: Any) -> dict[str, Any]:
     return tool_call(i, name, json.dumps(args))
 
@@ -79,7 +90,7 @@ def episode(tmp_path: Path) -> Iterator:
     made: list[tuple[LocalSandbox, StubServer]] = []
 
     def run(isolation: str, replies: list, max_turns: int = 10, **opts: Any):
-        stub = StubServer(Script(replies), str(tmp_path / f"p{len(made)}.sock"))
+        stub = StubServer(LiveScript(replies), str(tmp_path / f"p{len(made)}.sock"))
         harness = get_harness("browser", **opts)
         sb = LocalSandbox(root=tmp_path / f"sb{len(made)}", isolation=isolation)  # type: ignore[arg-type]
         sb.create(
@@ -165,6 +176,7 @@ def test_malformed_calls_and_noop_clicks(episode) -> None:
         call(6, "press", keys="esc"),
         call(7, "click", x=ALERT[0], y=ALERT[1]),
         call(8, "goto", url="http://127.0.0.1:9/nothing"),
+        call(10, "goto", url="javascript:document.title='forged'"),
     ]
     bad.insert(7, call(9, "click", x=SELECT[0], y=SELECT[1]))
     replies = [ok(reply(None, bad)), ok(reply("I give up."))]
@@ -190,6 +202,11 @@ def test_malformed_calls_and_noop_clicks(episode) -> None:
         "'Banana' (selected); choose with press ArrowDown or ArrowUp, then Enter"
     )
     assert observed[8].startswith("error: could not open http://127.0.0.1:9/nothing")
+    # javascript: would run the agent's own code in the page (a page that reports its reward
+    # could be told it was solved): refused, like data:, file: and chrome: addresses
+    assert observed[9] == (
+        "error: goto: goto opens http(s) addresses only, not \"javascript:document.title='forged'\""
+    )
     page_text = texts(stub.requests[0][3]["messages"][1])
     assert f"button 'Go' at ({GO[0]}, {GO[1]})" in page_text
     assert "input:text '' at" in page_text and "Start" in page_text
@@ -244,8 +261,24 @@ def test_harness_options_env_and_mounts(monkeypatch: pytest.MonkeyPatch, tmp_pat
 
 @pytest.mark.browser
 @installed
-def test_a_crashed_page_is_exit_4_not_an_answer(episode) -> None:
-    replies = [ok(reply(None, [call(1, "goto", url="chrome://crash")])), ok(reply("unreached"))]
+def test_a_crashed_page_is_exit_4_not_an_answer(episode, tmp_path: Path) -> None:
+    """The page's renderer dies while the model thinks (the test kills it: the agent cannot
+    open chrome://crash, goto takes http(s) only): exit 4, an infrastructure failure."""
+
+    def kill_renderers() -> tuple[int, Any, dict[str, str]]:
+        killed = 0
+        for proc in psutil.process_iter(["cmdline"]):
+            with contextlib.suppress(psutil.Error):
+                if "--type=renderer" not in (proc.info["cmdline"] or []):
+                    continue
+                if any(str(tmp_path) in (p.cwd() or "") for p in proc.parents()):
+                    proc.kill()
+                    killed += 1
+        assert killed, "no renderer of this episode found"
+        time.sleep(0.5)
+        return ok(reply(None, [call(1, "click", x=BOX[0], y=BOX[1])]))
+
+    replies = [kill_renderers, ok(reply("unreached"))]
     stub, _, result = episode("none", replies)
     assert result.exit_code == 4, result.stderr[-2000:]
     assert "crashed" in result.stderr
