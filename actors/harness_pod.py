@@ -7,10 +7,12 @@ The proxy serves OpenAI chat completions, the Responses API and Anthropic messag
 base URL per attempt, ``/episodes/{episode_id}/attempts/{attempt}/v1``, with a per-attempt
 bearer key (DESIGN.md decision 1). Another attempt's key gets 401, an unknown attempt 404, an
 ended attempt 410. Every call is forwarded to the Policy through its Serve handle and recorded as
-a :class:`~forge.types.Turn`, token for token. It listens on a Unix socket that isolated
-sandboxes reach through their bridge (decision 8) and on TCP at ``proxy.host`` (127.0.0.1
-unless configured; the kubernetes backend's pods need 0.0.0.0 or the pod IP, and then the
-address handed to sandboxes is ``$POD_IP``, else this node's IP).
+a :class:`~forge.types.Turn`, token for token; images in a request are recorded by reference
+(``{"sha256", "mime"}`` where their data stood, and ``Turn.images``), and their bytes travel with
+the Episode (``Episode.images``) to be written once beside the episode records. It listens on
+a Unix socket that isolated sandboxes reach through their bridge (decision 8) and on TCP at
+``proxy.host`` (127.0.0.1 unless configured; the kubernetes backend's pods need 0.0.0.0 or the
+pod IP, and then the address handed to sandboxes is ``$POD_IP``, else this node's IP).
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ the system turn and called as ``<tool_call>{"name": ..., "arguments": {...}}</to
 format Qwen and Hermes models use. An assistant message from history is rendered exactly as the
 model wrote it (content, then one block per call with compact canonical JSON), so the next
 prompt extends the previous prompt plus completion token for token whenever the harness sends
-the history back unchanged (DESIGN.md decision 3).
+the history back unchanged (DESIGN.md decision 3). An image in a message renders where it
+stands as ``<|vision_start|><|image_pad|><|vision_end|>`` (Qwen2-VL's form); a vision model's
+Policy expands the pad to the image's token count (:mod:`serve.vision`).
 """
 
 from __future__ import annotations
