@@ -43,7 +43,12 @@ SHA_FIRST, SHA_SECOND = (hashlib.sha256(x).hexdigest() for x in (FIRST, SECOND))
 
 
 @pytest.fixture(scope="module")
-def attempt(ray_cluster):
+def attempt(recorded) -> Episode:
+    return recorded[0]
+
+
+@pytest.fixture(scope="module")
+def recorded(ray_cluster) -> tuple[Episode, list[Turn]]:
     """One attempt of two calls through the proxy: a user turn with a screenshot, then the same
     history plus the answer and a tool result holding a second screenshot."""
     config = PolicyConfig(engine={"name": "torch", "model": "tiny-vl"}, num_cpus=0.25)
@@ -81,11 +86,52 @@ def attempt(ray_cluster):
     second = httpx.post(endpoint, json={**body, "seed": 2}, headers=headers, timeout=120)
     assert second.status_code == 200, second.text
     state = ray_cluster.get(pod.close_attempt.remote("ep-img", 0))
+    anthropic_turns = _anthropic_call(ray_cluster, pod, url)
     ray_cluster.get(pod.stop.remote())
     segments, _ = assemble(state.turns)
     episode = Episode("ep-img", "t", 0, "react", 1.0, "ok", turns=state.turns, segments=segments)
     episode.images = dict(state.images)
-    return episode
+    return episode, anthropic_turns
+
+
+def _anthropic_call(ray, pod, url: str) -> list[Turn]:
+    """One Messages call whose tool result holds a screenshot (Anthropic's base64 source)."""
+    info = ray.get(pod.open_attempt.remote("ep-anth", 0))
+    source = {"type": "base64", "media_type": "image/png", "data": B64_SECOND}
+    body = {
+        "model": "tiny-vl",
+        "max_tokens": 4,
+        "messages": [
+            {"role": "user", "content": "Take a screenshot."},
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "t1", "name": "shot", "input": {}}],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t1",
+                        "content": [{"type": "image", "source": source}],
+                    }
+                ],
+            },
+        ],
+    }
+    headers = {"x-api-key": info["api_key"], "anthropic-version": "2023-06-01"}
+    answer = httpx.post(f"{url}{info['path']}/v1/messages", json=body, headers=headers, timeout=60)
+    assert answer.status_code == 200, answer.text
+    return ray.get(pod.close_attempt.remote("ep-anth", 0)).turns
+
+
+def test_anthropic_tool_result_images_are_recorded_by_reference(recorded) -> None:
+    (turn,) = recorded[1]
+    block = turn.request["messages"][2]["content"][0]["content"][0]
+    assert block["source"]["data"] == {"sha256": SHA_SECOND, "mime": "image/png"}
+    assert turn.images == [SHA_SECOND] and B64_SECOND[:100] not in json.dumps(turn.to_dict())
+    _, tok, _ = load_model_and_processor("tiny-vl")
+    assert pad_runs(turn.prompt_ids, pad_token_id(tok)) == [24]  # the 160x120 screenshot
 
 
 def test_recorded_requests_hold_references_not_base64(attempt: Episode) -> None:
