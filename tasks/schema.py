@@ -173,8 +173,9 @@ class Service(BaseModel):
     command: str = Field(min_length=1, description="Shell command (sh -c, in the workspace).")
     ready: str | None = Field(
         default=None,
-        description="When it is up: an http://127.0.0.1:PORT/... URL that answers 2xx, or "
-        "file:PATH (workspace-relative) that exists. None: started, not waited for.",
+        description="When it is up: an http://127.0.0.1:PORT/... URL that answers 2xx, "
+        "file:PATH (workspace-relative) that exists, or window:NAME, a visible window whose "
+        "title or WM_CLASS matches NAME (desktop tasks). None: started, not waited for.",
     )
     ready_timeout_s: float = Field(default=30.0, gt=0, description="Most seconds to wait.")
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from forge.harnesses.desktop_actions import Desktop
+from forge.sandboxes.services_launch import wait_for_wm
 
 NEEDS = ("Xvfb", "openbox", "xdotool", "import")
 
@@ -76,44 +77,9 @@ def x_display(width: int = 640, height: int = 480) -> Iterator[str]:
 
 
 def _wait_for_wm(display: str, timeout_s: float = 20.0) -> None:
-    """Until openbox manages windows. Its _NET_SUPPORTING_WM_CHECK comes before that (it then
-    loads its theme and fonts), and a window mapped in between is lost for good: so a probe
-    window is mapped, again each second, until one shows."""
-    env = {**os.environ, "DISPLAY": display}
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        out = subprocess.run(
-            ["xprop", "-root", "_NET_SUPPORTING_WM_CHECK"], env=env, capture_output=True, text=True
-        ).stdout
-        if "window id" in out:
-            break
-        time.sleep(0.05)
-    while time.monotonic() < deadline:
-        probe = subprocess.Popen(
-            ["xmessage", "-name", "forge-wm-probe", "-geometry", "+0+0", "probe"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        try:
-            end = min(time.monotonic() + 1.0, deadline)
-            while time.monotonic() < end:
-                found = subprocess.run(
-                    ["xdotool", "search", "--onlyvisible", "--classname", "forge-wm-probe"],
-                    env=env, capture_output=True,
-                )  # fmt: skip
-                if found.stdout.strip():
-                    return
-                time.sleep(0.05)
-        finally:
-            _stop_probe(probe)
-
-
-def _stop_probe(probe: subprocess.Popen[bytes]) -> None:
-    probe.terminate()
-    try:
-        probe.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        probe.kill()
-        probe.wait()
+    """Until openbox shows windows (the launcher's own wait: a probe window must appear)."""
+    if not wait_for_wm({**os.environ, "DISPLAY": display}, timeout_s):
+        raise RuntimeError(f"openbox on {display} showed no window within {timeout_s:g}s")
 
 
 def start_service(command: str, workspace: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:

@@ -15,7 +15,8 @@ display and the services do not get them). In order:
    ``WxHx24``, then ``openbox`` on it; ``DISPLAY`` is exported to everything after;
 2. each service: ``sh -c COMMAND`` in the working directory (the workspace), in its own process
    group, its output to a log outside the workspace; then its ``ready`` is awaited (an http URL
-   answering 2xx, or ``file:PATH`` existing) for at most ``ready_timeout_s``;
+   answering 2xx, ``file:PATH`` existing, or ``window:NAME`` visible on the display) for at
+   most ``ready_timeout_s``;
 3. the harness command, as a child with the same environment plus ``DISPLAY``;
 4. when the harness exits (or this program gets SIGTERM/SIGINT/SIGHUP): every service's process
    group, then openbox and Xvfb, are terminated (SIGKILL after a grace period); the exit status
@@ -146,29 +147,14 @@ class Launcher:
                     number += chunk
         display = f":{int(number)}"
         self.env["DISPLAY"] = self.service_env["DISPLAY"] = display
+        wm_log = os.path.join(self.logdir, "wm.log")
         try:
-            self._spawn("openbox", ["openbox"], os.path.join(self.logdir, "wm.log"))
+            self._spawn("openbox", ["openbox"], wm_log)
         except OSError as e:
             raise Failed(f"cannot start the window manager openbox: {e}") from e
-        self._wait_wm(timeout_s=5.0)
+        if not wait_for_wm(self.env, timeout_s=20.0):
+            raise Failed(f"openbox did not show a window within 20s: {_tail(wm_log)}")
         return display
-
-    def _wait_wm(self, timeout_s: float) -> None:
-        """Until the window manager has claimed the screen (best effort: xprop may be absent)."""
-        end = time.monotonic() + timeout_s
-        while time.monotonic() < end:
-            try:
-                out = subprocess.run(
-                    ["xprop", "-root", "_NET_SUPPORTING_WM_CHECK"],
-                    env=self.env,
-                    capture_output=True,
-                    timeout=2,
-                ).stdout
-            except (OSError, subprocess.TimeoutExpired):
-                return
-            if b"window id" in out:
-                return
-            time.sleep(0.05)
 
     # -- services ---------------------------------------------------------------------------
 
@@ -186,7 +172,7 @@ class Launcher:
         timeout_s = float(service.get("ready_timeout_s") or 30.0)
         end = time.monotonic() + timeout_s
         pause = 0.02
-        while not is_ready(ready):
+        while not is_ready(ready, self.service_env):
             code = proc.poll()
             if code is not None:
                 raise Failed(f"{name} exited with status {code} before {ready}: {_tail(log)}")
@@ -221,6 +207,41 @@ class Launcher:
         self.groups.clear()
 
 
+def wait_for_wm(env: dict[str, str], timeout_s: float = 20.0) -> bool:
+    """Until the window manager shows windows; False if it never does. openbox sets
+    _NET_SUPPORTING_WM_CHECK before it is ready (it then loads its theme and fonts), and a
+    window mapped in between is lost for good: so a probe window is mapped, anew each second,
+    until one is visible. True at once where xprop or xmessage is missing (best effort)."""
+    deadline = time.monotonic() + timeout_s
+
+    def run(argv: list[str]) -> bytes:
+        return subprocess.run(argv, env=env, capture_output=True, timeout=5).stdout
+
+    try:
+        while b"window id" not in run(["xprop", "-root", "_NET_SUPPORTING_WM_CHECK"]):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        while time.monotonic() < deadline:
+            probe = subprocess.Popen(
+                ["xmessage", "-name", "forge-wm-probe", "-geometry", "+0+0", "probe"],
+                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            try:
+                end = min(time.monotonic() + 1.0, deadline)
+                while time.monotonic() < end:
+                    search = ["xdotool", "search", "--onlyvisible", "--classname"]
+                    if run([*search, "forge-wm-probe"]).strip():
+                        return True
+                    time.sleep(0.05)
+            finally:
+                probe.kill()
+                probe.wait()
+    except (OSError, subprocess.TimeoutExpired):
+        return True
+    return False
+
+
 def localise(text: str, paths: dict[str, str]) -> str:
     """``text`` with each sandbox path of ``paths`` replaced by the path commands see it at
     (longest first); unchanged when ``paths`` is empty (an isolated sandbox)."""
@@ -229,10 +250,21 @@ def localise(text: str, paths: dict[str, str]) -> str:
     return text
 
 
-def is_ready(ready: str) -> bool:
-    """Whether ``ready`` holds now: ``file:PATH`` exists, or the URL answers 2xx."""
+def is_ready(ready: str, env: dict[str, str] | None = None) -> bool:
+    """Whether ``ready`` holds now: ``file:PATH`` exists, ``window:NAME`` is a window on the
+    display that is mapped and visible (xdotool matches NAME against titles and WM_CLASS,
+    an application that has drawn nothing yet would lose the keys an agent types), or the
+    URL answers 2xx. ``env``: the services' environment (its ``DISPLAY``)."""
     if ready.startswith("file:"):
         return os.path.exists(ready[len("file:") :])
+    if ready.startswith("window:"):
+        name = ready[len("window:") :]
+        argv = ["xdotool", "search", "--onlyvisible", "--name", "--class", "--classname", name]
+        try:
+            found = subprocess.run(argv, capture_output=True, timeout=5.0, env=env)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return found.returncode == 0 and bool(found.stdout.strip())
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
         with opener.open(ready, timeout=2.0) as resp:

@@ -206,6 +206,24 @@ def test_display_comes_up_for_services_and_harness_and_goes(tmp_path: Path) -> N
     assert probe.returncode != 0
 
 
+@pytest.mark.skipif(not HAS_X or not shutil.which("xmessage"), reason="needs Xvfb and xmessage")
+def test_window_ready_waits_for_a_visible_window(tmp_path: Path) -> None:
+    """``window:NAME``: the harness starts only once the application's window is on the
+    screen (keys typed earlier would be lost); a window that never shows is service_failed."""
+    late = "sleep 1; exec xmessage -name late-probe -geometry +0+0 hello"
+    spec = {
+        "gui": {"display": True, "screen": [640, 480]},
+        "services": [{"command": late, "ready": "window:late-probe"}],
+    }
+    seen = launch(tmp_path, spec, "xdotool", "search", "--onlyvisible", "--classname", "late-probe")
+    assert seen.returncode == 0, seen.stderr
+    assert seen.stdout.strip()  # the window was there when the harness looked
+    spec["services"] = [{"command": "sleep 30", "ready": "window:never", "ready_timeout_s": 1}]
+    never = launch(tmp_path, spec, "true")
+    assert never.returncode == SERVICE_FAILED
+    assert "not ready (window:never)" in never.stderr
+
+
 # -- through a real sandbox and the episode's wiring ------------------------------------------
 
 
