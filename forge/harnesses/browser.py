@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from forge.harnesses import gui_actions
 from forge.harnesses.base import AttemptContext, last_json, string_field
 from forge.harnesses.install import PACKAGES
 from forge.sandboxes.base import ExecResult
@@ -25,7 +26,9 @@ class BrowserHarness:
 
     ``screenshots_in_context``: how many of the latest screenshots stay in the prompt (older
     ones become a placeholder). ``observation``: what the model sees of the page each turn.
-    ``chromium``: the browser binary (default: Debian's, found inside the sandbox).
+    ``chromium``: the browser binary (default: Debian's, found inside the sandbox). ``tools``:
+    the subset of the GUI actions offered (None: all; []: none, a plain chat about the start
+    page whose first reply is the answer, as ``react``'s ``tools: []``).
     """
 
     name = "browser"
@@ -41,7 +44,12 @@ class BrowserHarness:
         system_prompt: str | None = None,
         settle_s: float | None = None,
         chromium: str | None = None,
+        tools: list[str] | None = None,
     ) -> None:
+        unknown = set(tools or ()) - set(gui_actions.ACTIONS)
+        if unknown:
+            known = ", ".join(gui_actions.ACTIONS)
+            raise ValueError(f"tools: unknown {sorted(unknown)}; known: {known}")
         if observation not in OBSERVATIONS:
             raise ValueError(
                 f"observation: {observation!r} is not one of {', '.join(OBSERVATIONS)}"
@@ -56,6 +64,7 @@ class BrowserHarness:
         self.system_prompt = system_prompt
         self.settle_s = settle_s
         self.chromium = chromium
+        self.tools = tools
 
     def ro_mounts(self) -> dict[str, str]:
         mounts = {str(HERE / m): f"{PROGRAM_DIR}/{m}" for m in MODULES}
@@ -90,6 +99,8 @@ class BrowserHarness:
             env["FORGE_SETTLE_S"] = repr(self.settle_s)
         if self.chromium:
             env["FORGE_CHROMIUM"] = self.chromium
+        if self.tools is not None:
+            env["FORGE_TOOLS"] = ",".join(self.tools)
         return env
 
     def command(self, ctx: AttemptContext) -> list[str]:

@@ -7,8 +7,9 @@ environment: OPENAI_BASE_URL (ends in /v1), OPENAI_API_KEY, FORGE_MODEL, FORGE_M
 (``screenshot`` | ``screenshot+text`` | ``text``), FORGE_SCREENSHOTS_IN_CONTEXT (default 1: older
 screenshots are replaced by a placeholder), optional FORGE_TEMPERATURE, FORGE_MAX_TOKENS,
 FORGE_SYSTEM_PROMPT, FORGE_SETTLE_S (pause after each action, default 0.3), FORGE_CHROMIUM (the
-browser binary), FORGE_REQUEST_TIMEOUT (s, default 600). The instruction is argv[1] or
-FORGE_INSTRUCTION.
+browser binary), FORGE_REQUEST_TIMEOUT (s, default 600), FORGE_TOOLS (comma-separated subset of
+the tools offered; empty: none, so the first reply, about the start page, is the answer). The
+instruction is argv[1] or FORGE_INSTRUCTION.
 
 Each turn shows the page (a PNG screenshot as an ``image_url`` data URL, and/or the page as
 text) in a user message and offers the tools of ``gui_actions`` (click, double_click, type,
@@ -105,10 +106,11 @@ class Agent:
         if self.mode not in OBSERVATIONS:
             raise ValueError(f"FORGE_OBSERVATION: {self.mode!r} is not one of {OBSERVATIONS}")
         self.keep = max(1, int(env.get("FORGE_SCREENSHOTS_IN_CONTEXT", "1")))
-        self.body: dict[str, Any] = {
-            "model": env.get("FORGE_MODEL", "policy"),
-            "tools": gui_actions.tools(),
-        }
+        self.body: dict[str, Any] = {"model": env.get("FORGE_MODEL", "policy")}
+        names = env.get("FORGE_TOOLS")
+        offered = list(gui_actions.ACTIONS) if names is None else [n for n in names.split(",") if n]
+        if offered:
+            self.body["tools"] = gui_actions.tools(offered)
         if env.get("FORGE_TEMPERATURE"):
             self.body["temperature"] = float(env["FORGE_TEMPERATURE"])
         if env.get("FORGE_MAX_TOKENS"):

@@ -214,6 +214,28 @@ def test_malformed_calls_and_noop_clicks(episode) -> None:
 
 @pytest.mark.browser
 @installed
+def test_no_tools_is_one_question_about_the_start_page(episode) -> None:
+    """``tools: []`` (the GUI quickstart's form): one request with the screenshot and no tools
+    and no system prompt; its reply is the answer, whatever it says."""
+    stub, _, result = episode("none", [ok(reply("7777"))], tools=[], system_prompt="")
+    assert result.exit_code == 0, result.stderr[-3000:]
+    assert BrowserHarness.summary(result) == {
+        "final_answer": "7777",
+        "turns": 1,
+        "stop": "answer",
+        "actions": 0,
+        "unchanged": 0,
+    }
+    (request,) = [r[3] for r in stub.requests]
+    assert "tools" not in request
+    (message,) = request["messages"]
+    assert message["role"] == "user" and len(images(message)) == 1
+    with pytest.raises(ValueError, match="tools: unknown"):
+        get_harness("browser", tools=["click", "teleport"])
+
+
+@pytest.mark.browser
+@installed
 def test_text_observation_sends_no_image(episode) -> None:
     stub, _, result = episode("none", [ok(reply("done"))], observation="text")
     assert result.exit_code == 0, result.stderr[-3000:]
