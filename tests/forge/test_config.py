@@ -209,3 +209,24 @@ def test_kubernetes_sandbox_settings_and_their_errors() -> None:
     ]:
         with pytest.raises(ConfigError, match=re.escape(field) + ":"):
             load_config(None, [override])
+
+
+# Run configs only: a file of `agents:` is a --harness-config for forge eval, not a run.
+EXAMPLES = [
+    p
+    for p in sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
+    if not re.search(r"^agents:", p.read_text(), re.MULTILINE)
+]
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_every_example_config_loads_and_names_real_parts(path: Path) -> None:
+    """Each shipped example is a valid run config whose suite loads and whose harness (with
+    its options) can be built: a renamed suite or option would break what the README runs."""
+    from forge.harnesses import get_harness
+    from tasks.loader import load_suite
+
+    config = load_config(path)
+    assert load_suite(config.tasks), config.tasks
+    if config.harness != "command":  # command agents check their own mounts at load time
+        get_harness(config.harness, **config.harness_options)
