@@ -74,6 +74,28 @@ class Harness(Protocol):
         ...
 
 
+def agent_env(ctx: AttemptContext, **options: object) -> dict[str, str]:
+    """The environment of a built-in agent program (``react_agent`` and the GUI agents): the
+    attempt's endpoint, key, model and turn limit, the task's ``start_url`` and ``screen`` when
+    it has them, and ``FORGE_<NAME>`` for each option that is not None (a list comma-joined:
+    ``[]`` is an empty value, not an absent one)."""
+    env = {
+        "OPENAI_BASE_URL": ctx.base_url,
+        "OPENAI_API_KEY": ctx.api_key,
+        "FORGE_MODEL": ctx.model,
+        "FORGE_MAX_TURNS": str(ctx.max_turns),
+        "PYTHONUNBUFFERED": "1",
+    }
+    for key in ("start_url", "screen"):
+        if ctx.extra.get(key):
+            env[f"FORGE_{key.upper()}"] = ctx.extra[key]
+    for name, value in options.items():
+        if value is not None:
+            text = ",".join(value) if isinstance(value, list | tuple) else str(value)
+            env[f"FORGE_{name.upper()}"] = text
+    return env
+
+
 def last_json(stdout: str, match: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
     """The last JSON object line of ``stdout`` that ``match`` accepts (harnesses that report
     in JSON lines); None when there is none."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from forge.harnesses import gui_actions
-from forge.harnesses.base import AttemptContext, last_json, string_field
+from forge.harnesses.base import AttemptContext, agent_env, last_json, string_field
 from forge.harnesses.install import PACKAGES
 from forge.sandboxes.base import ExecResult
 
@@ -75,33 +75,20 @@ class BrowserHarness:
         return {}
 
     def env(self, ctx: AttemptContext) -> dict[str, str]:
-        env = {
-            "OPENAI_BASE_URL": ctx.base_url,
-            "OPENAI_API_KEY": ctx.api_key,
-            "FORGE_MODEL": ctx.model,
-            "FORGE_MAX_TURNS": str(ctx.max_turns),
-            "FORGE_OBSERVATION": self.observation,
-            "FORGE_SCREENSHOTS_IN_CONTEXT": str(self.screenshots_in_context),
+        return {
+            **agent_env(
+                ctx,
+                observation=self.observation,
+                screenshots_in_context=self.screenshots_in_context,
+                temperature=self.temperature,
+                max_tokens=self.max_tokens,
+                system_prompt=self.system_prompt,
+                settle_s=self.settle_s,
+                chromium=self.chromium or None,
+                tools=self.tools,
+            ),
             "PYTHONPATH": ctx.path(PLAYWRIGHT),
-            "PYTHONUNBUFFERED": "1",
         }
-        if ctx.extra.get("start_url"):
-            env["FORGE_START_URL"] = ctx.extra["start_url"]
-        if ctx.extra.get("screen"):
-            env["FORGE_SCREEN"] = ctx.extra["screen"]
-        if self.temperature is not None:
-            env["FORGE_TEMPERATURE"] = repr(self.temperature)
-        if self.max_tokens is not None:
-            env["FORGE_MAX_TOKENS"] = str(self.max_tokens)
-        if self.system_prompt is not None:
-            env["FORGE_SYSTEM_PROMPT"] = self.system_prompt
-        if self.settle_s is not None:
-            env["FORGE_SETTLE_S"] = repr(self.settle_s)
-        if self.chromium:
-            env["FORGE_CHROMIUM"] = self.chromium
-        if self.tools is not None:
-            env["FORGE_TOOLS"] = ",".join(self.tools)
-        return env
 
     def command(self, ctx: AttemptContext) -> list[str]:
         return [self.python, ctx.path(PROGRAM), ctx.instruction]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from forge.harnesses.base import AttemptContext, last_json, string_field
+from forge.harnesses.base import AttemptContext, agent_env, last_json, string_field
 from forge.harnesses.install import PACKAGES
 from forge.sandboxes.base import ExecResult
 
@@ -35,20 +35,8 @@ class BrowserUseHarness:
         return {}
 
     def env(self, ctx: AttemptContext) -> dict[str, str]:
-        env = {
-            "OPENAI_BASE_URL": ctx.base_url,
-            "OPENAI_API_KEY": ctx.api_key,
-            "FORGE_MODEL": ctx.model,
-            "FORGE_MAX_TURNS": str(ctx.max_turns),
-            "PYTHONPATH": ctx.path(PACKAGE),
-            "PYTHONUNBUFFERED": "1",
-        }
-        for key in ("start_url", "screen"):
-            if ctx.extra.get(key):
-                env[f"FORGE_{key.upper()}"] = ctx.extra[key]
-        if self.temperature is not None:
-            env["FORGE_TEMPERATURE"] = repr(self.temperature)
-        return env
+        env = agent_env(ctx, temperature=self.temperature)
+        return {**env, "PYTHONPATH": ctx.path(PACKAGE)}
 
     def command(self, ctx: AttemptContext) -> list[str]:
         return [self.python, ctx.path(RUNNER), ctx.instruction]

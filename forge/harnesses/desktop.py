@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from forge.harnesses.base import AttemptContext, last_json, string_field
+from forge.harnesses.base import AttemptContext, agent_env, last_json, string_field
 from forge.harnesses.install import HarnessNotInstalled
 from forge.sandboxes.base import ExecResult
 
@@ -65,26 +65,14 @@ class DesktopHarness:
         return {}
 
     def env(self, ctx: AttemptContext) -> dict[str, str]:
-        env = {
-            "OPENAI_BASE_URL": ctx.base_url,
-            "OPENAI_API_KEY": ctx.api_key,
-            "FORGE_MODEL": ctx.model,
-            "FORGE_MAX_TURNS": str(ctx.max_turns),
-            "FORGE_KEEP_SCREENSHOTS": str(self.keep_screenshots),
-            "PYTHONUNBUFFERED": "1",
-        }
-        screen = ctx.extra.get("screen")
-        if screen:
-            env["FORGE_SCREEN"] = screen
-        if self.temperature is not None:
-            env["FORGE_TEMPERATURE"] = repr(self.temperature)
-        if self.max_tokens is not None:
-            env["FORGE_MAX_TOKENS"] = str(self.max_tokens)
-        if self.settle_s is not None:
-            env["FORGE_SETTLE_S"] = repr(self.settle_s)
-        if self.system_prompt is not None:
-            env["FORGE_SYSTEM_PROMPT"] = self.system_prompt
-        return env
+        return agent_env(
+            ctx,
+            keep_screenshots=self.keep_screenshots,
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+            settle_s=self.settle_s,
+            system_prompt=self.system_prompt,
+        )
 
     def command(self, ctx: AttemptContext) -> list[str]:
         return [self.python, ctx.path(PROGRAM), ctx.instruction]

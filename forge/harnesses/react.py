@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from forge.harnesses.base import AttemptContext, last_json, string_field
+from forge.harnesses.base import AttemptContext, agent_env, last_json, string_field
 from forge.sandboxes.base import ExecResult
 
 PROGRAM_HOST = str(Path(__file__).with_name("react_agent.py").resolve())
@@ -53,24 +53,14 @@ class ReactHarness:
         return {}
 
     def env(self, ctx: AttemptContext) -> dict[str, str]:
-        env = {
-            "OPENAI_BASE_URL": ctx.base_url,
-            "OPENAI_API_KEY": ctx.api_key,
-            "FORGE_MODEL": ctx.model,
-            "FORGE_MAX_TURNS": str(ctx.max_turns),
-            "PYTHONUNBUFFERED": "1",
-        }
-        if self.temperature is not None:
-            env["FORGE_TEMPERATURE"] = repr(self.temperature)
-        if self.max_tokens is not None:
-            env["FORGE_MAX_TOKENS"] = str(self.max_tokens)
-        if self.tool_timeout_s is not None:
-            env["FORGE_TOOL_TIMEOUT"] = repr(self.tool_timeout_s)
-        if self.tools is not None:
-            env["FORGE_TOOLS"] = ",".join(self.tools)
-        if self.system_prompt is not None:
-            env["FORGE_SYSTEM_PROMPT"] = self.system_prompt
-        return env
+        return agent_env(
+            ctx,
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+            tool_timeout=self.tool_timeout_s,
+            tools=self.tools,
+            system_prompt=self.system_prompt,
+        )
 
     def command(self, ctx: AttemptContext) -> list[str]:
         return [self.python, ctx.path(PROGRAM), ctx.instruction]
