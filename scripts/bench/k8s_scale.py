@@ -330,9 +330,6 @@ def run_once(pods: int, latency_ms: float, qps_limit: float, n_agents: int, clie
         kubernetes.secrets.token_hex = real_hex  # type: ignore[assignment]
         kube.close()
     calls = collections.Counter(st.get("calls", {}))
-    for k in list(calls):  # the two reconcile passes: LIST pods + LIST leases, twice
-        if k[0] == "GET" and k[1] in ("pod", "leases") and not k[1] == "pod":
-            pass
     res.calls = dict(calls)
     res.per_run = sum(v for (verb, kind), v in calls.items() if kind != "pod")
     per_s = st.get("per_s", collections.Counter())
