@@ -104,16 +104,6 @@ class ScaleEmulator(FaultyEmulator):
         s.setdefault("seen", []).append((time.monotonic(), verb, kind))
         return await super()._handle(request)
 
-
-def resource_of(path: str) -> str:
-    """'pod' for pods (and their status), else the resource's plural, from a request path."""
-    parts = path.strip("/").split("/")
-    if "namespaces" in parts and len(parts) > parts.index("namespaces") + 2:
-        kind = parts[parts.index("namespaces") + 2]
-    else:
-        kind = parts[-1]
-    return "pod" if kind == "pods" else kind
-
     async def _serve_watch(self, request: Any) -> Any:
         """kmock ignores fieldSelector; a real API server sends a watch of one pod only its
         events (without this, each of N watches carries all N pods' events: N^2)."""
@@ -126,6 +116,16 @@ def resource_of(path: str) -> str:
                 or ((ev.get("object") or {}).get("metadata") or {}).get("name") == want
             ):
                 yield ev
+
+
+def resource_of(path: str) -> str:
+    """'pod' for pods (and their status), else the resource's plural, from a request path."""
+    parts = path.strip("/").split("/")
+    if "namespaces" in parts and len(parts) > parts.index("namespaces") + 2:
+        kind = parts[parts.index("namespaces") + 2]
+    else:
+        kind = parts[-1]
+    return "pod" if kind == "pods" else kind
 
 
 class ScaleKMock(KMock):
