@@ -178,8 +178,8 @@ class StandinKubelet(Kubelet):
 
 @contextlib.contextmanager
 def agents(n: int) -> Iterator[list[str]]:
-    """``n`` real sandbox agents on 127.88.0.<i>:AGENT_PORT sharing TOKEN."""
-    ips = [f"127.88.0.{i + 2}" for i in range(n)]
+    """``n`` real sandbox agents on 127.88.<pid>.<i>:AGENT_PORT sharing TOKEN."""
+    ips = [f"127.88.{os.getpid() % 250}.{i + 2}" for i in range(n)]  # apart per process
     procs, tmp = [], Path(tempfile.mkdtemp(prefix="k8s-scale-"))
     env = {**os.environ, "FORGE_AGENT_TOKEN": TOKEN}
     for ip in ips:
