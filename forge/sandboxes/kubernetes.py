@@ -78,6 +78,7 @@ KubeSettings = KubernetesConfig  # the backend reads ``sandbox.kubernetes`` as i
 
 
 _runs: dict[tuple[Any, ...], dict[str, Any] | None] = {}
+_run_gates: dict[tuple[Any, ...], threading.Lock] = {}
 _beats: dict[tuple[Any, ...], kr.Heartbeat] = {}
 _lock = threading.Lock()
 
@@ -88,12 +89,18 @@ def ensure_run(api: Any, s: KubeSettings, run: str, policy: RetryPolicy | None) 
     with _lock:
         if key in _runs:
             return _runs[key]
-    net: dict[str, Any] = {k: getattr(s, k) for k in NETWORK}
-    net["proxy_cidrs"] = list(s.proxy_cidrs)
-    owner = kr.setup_namespace(api, s.namespace, run, service_account=s.service_account,
-                               owner=s.owner, policy=policy, **net)  # fmt: skip
-    with _lock:
-        return _runs.setdefault(key, owner)
+        gate = _run_gates.setdefault(key, threading.Lock())
+    with gate:  # one setup per key: creates that come meanwhile wait for its owner reference
+        with _lock:
+            if key in _runs:
+                return _runs[key]
+        net: dict[str, Any] = {k: getattr(s, k) for k in NETWORK}
+        net["proxy_cidrs"] = list(s.proxy_cidrs)
+        owner = kr.setup_namespace(api, s.namespace, run, service_account=s.service_account,
+                                   owner=s.owner, policy=policy, **net)  # fmt: skip
+        with _lock:  # a setup that raised stores nothing: the next create tries again
+            _runs[key] = owner
+        return owner
 
 
 def ensure_heartbeat(api: Any, s: KubeSettings, run: str, pod: str, owner: dict | None,
@@ -117,6 +124,7 @@ def shutdown() -> None:
         beats = list(_beats.values())
         _beats.clear()
         _runs.clear()
+        _run_gates.clear()
     for beat in beats:
         beat.stop()
         atexit.unregister(beat.stop)

@@ -5,7 +5,9 @@ installed here)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -93,3 +95,32 @@ def test_harness_pod_listens_on_proxy_host_and_advertises_a_reachable_address(
     assert advertised_host("fd00::5") == "[fd00::5]"
     monkeypatch.setenv("POD_IP", "fd00::7")
     assert advertised_host("::") == "[fd00::7]"
+
+
+def test_concurrent_creates_set_the_run_up_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sandboxes created at once (a HarnessPod's first burst) share one namespace setup (its
+    NetworkPolicy, ConfigMap and ServiceAccount calls), not one each; a setup that fails is
+    tried again by the next create."""
+    calls: list[str] = []
+    fail = [True]
+
+    def setup(api: object, namespace: str, run: str, **kw: object) -> dict[str, str]:
+        calls.append(run)
+        time.sleep(0.2)  # the window in which the other creates arrive
+        if fail[0]:
+            fail[0] = False
+            raise RuntimeError("API down")
+        return {"uid": f"owner-of-{run}"}
+
+    monkeypatch.setattr(kube_backend.kr, "setup_namespace", setup)
+    settings = SandboxConfig(backend="kubernetes").kubernetes
+    api = object()
+    kube_backend.shutdown()
+    with pytest.raises(RuntimeError):
+        kube_backend.ensure_run(api, settings, "run-x", None)
+    with ThreadPoolExecutor(8) as pool:
+        owners = list(pool.map(lambda _: kube_backend.ensure_run(api, settings, "run-x", None),
+                               range(8)))  # fmt: skip
+    assert owners == [{"uid": "owner-of-run-x"}] * 8
+    assert calls == ["run-x", "run-x"]  # the failed one, then one for all eight
+    kube_backend.shutdown()
