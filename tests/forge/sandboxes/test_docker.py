@@ -257,10 +257,18 @@ def test_reap_by_run_and_by_deadline(config, client) -> None:
     expired.create(SandboxSpec(labels={"run": "other", "pod": "p", "attempt": "0"}, deadline_s=1))
     kept = DockerSandbox(config, None)
     kept.create(SandboxSpec(labels={"run": "other", "pod": "p", "attempt": "1"}))
+
+    def exists(sb: DockerSandbox) -> bool:
+        return client.api.containers(all=True, filters={"id": sb._state.container_id}) != []
+
     try:
-        assert reap_containers(client, "reap-me", orphans_only=True) == 0  # its creator lives
+        # its creator lives: mine stays (the expired one may already go, on a slow machine)
+        first = reap_containers(client, "reap-me", orphans_only=True)
+        assert exists(mine) and exists(kept) and first == (0 if exists(expired) else 1)
         time.sleep(2.1)
-        assert reap_sandboxes(config, "reap-me") == 2  # all of the run, and the expired one
+        # all of the run, and the expired one (and any other test's expired sandbox in the
+        # shared test daemon: the checks per container below are exact)
+        assert first + reap_sandboxes(config, "reap-me") >= 2
         for sb, gone in ((mine, True), (expired, True), (kept, False)):
             found = client.api.containers(all=True, filters={"id": sb._state.container_id})
             assert (found == []) is gone
