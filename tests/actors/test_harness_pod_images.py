@@ -13,6 +13,7 @@ import httpx
 import pytest
 import torch
 from PIL import Image
+from ray import serve
 
 from actors.harness_pod import HarnessPod
 from actors.replay_buffer import ReplayBuffer
@@ -88,6 +89,8 @@ def recorded(ray_cluster) -> tuple[Episode, list[Turn]]:
     state = ray_cluster.get(pod.close_attempt.remote("ep-img", 0))
     anthropic_turns = _anthropic_call(ray_cluster, pod, url)
     ray_cluster.get(pod.stop.remote())
+    ray_cluster.kill(pod)  # free their CPU share for the later tests of the shared cluster
+    serve.delete("pod-images")
     segments, _ = assemble(state.turns)
     episode = Episode("ep-img", "t", 0, "react", 1.0, "ok", turns=state.turns, segments=segments)
     episode.images = dict(state.images)
