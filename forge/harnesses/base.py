@@ -115,3 +115,28 @@ def last_json(stdout: str, match: Callable[[dict[str, Any]], bool]) -> dict[str,
 def string_field(record: dict[str, Any] | None, key: str) -> str | None:
     value = (record or {}).get(key)
     return value if isinstance(value, str) else None
+
+
+class AgentProgram:
+    """What the project's own agent programs (``react``, ``browser``, ``desktop``) share: the
+    sandbox runs ``python PROGRAM INSTRUCTION``, writes no files first, and the program reports
+    in JSON lines, the last of them a summary with ``final_answer`` and ``stop``."""
+
+    program: str  # where the sandbox sees the program
+    python: str = "python3"
+
+    def files(self, ctx: AttemptContext) -> dict[str, str]:
+        return {}
+
+    def command(self, ctx: AttemptContext) -> list[str]:
+        return [self.python, ctx.path(self.program), ctx.instruction]
+
+    def final_answer(self, result: ExecResult) -> str | None:
+        """``final_answer`` of the last JSON line on stdout (None when there is none)."""
+        return string_field(last_json(result.stdout, lambda r: "final_answer" in r), "final_answer")
+
+    @staticmethod
+    def summary(result: ExecResult) -> dict[str, object] | None:
+        """The program's last JSON line: ``final_answer``, ``turns``, ``stop``, and for the GUI
+        programs ``actions`` and ``unchanged`` (the actions that left the screen as it was)."""
+        return last_json(result.stdout, lambda r: "stop" in r)

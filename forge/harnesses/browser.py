@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from forge.harnesses import gui_actions
-from forge.harnesses.base import AttemptContext, agent_env, last_json, string_field
+from forge.harnesses.base import AgentProgram, AttemptContext, agent_env
 from forge.harnesses.install import PACKAGES
-from forge.sandboxes.base import ExecResult
 
 HERE = Path(__file__).resolve().parent
 PROGRAM_DIR = "/opt/forge/harness"  # where the sandbox sees the program and its modules
@@ -18,7 +17,7 @@ PLAYWRIGHT = "/opt/forge/playwright"  # the ``browser`` package's folder: on PYT
 OBSERVATIONS = ("screenshot", "screenshot+text", "text")
 
 
-class BrowserHarness:
+class BrowserHarness(AgentProgram):
     """Mounts ``browser_agent.py`` and its modules read-only under :data:`PROGRAM_DIR` and the
     installed Playwright (``forge harness install browser``) at :data:`PLAYWRIGHT`, and runs the
     agent with the instruction. The task's start page and screen size come from
@@ -31,6 +30,7 @@ class BrowserHarness:
     page whose first reply is the answer, as ``react``'s ``tools: []``).
     """
 
+    program = PROGRAM
     name = "browser"
     protocol = "chat"
 
@@ -71,9 +71,6 @@ class BrowserHarness:
         mounts[str(PACKAGES["browser"].require())] = PLAYWRIGHT
         return mounts
 
-    def files(self, ctx: AttemptContext) -> dict[str, str]:
-        return {}
-
     def env(self, ctx: AttemptContext) -> dict[str, str]:
         return {
             **agent_env(
@@ -89,16 +86,3 @@ class BrowserHarness:
             ),
             "PYTHONPATH": ctx.path(PLAYWRIGHT),
         }
-
-    def command(self, ctx: AttemptContext) -> list[str]:
-        return [self.python, ctx.path(PROGRAM), ctx.instruction]
-
-    def final_answer(self, result: ExecResult) -> str | None:
-        """``final_answer`` of the last JSON line on stdout (None when there is none)."""
-        return string_field(last_json(result.stdout, lambda r: "final_answer" in r), "final_answer")
-
-    @staticmethod
-    def summary(result: ExecResult) -> dict[str, object] | None:
-        """The agent's last JSON line (``final_answer``, ``turns``, ``stop``, ``actions``,
-        ``unchanged``: the actions that left the page as it was)."""
-        return last_json(result.stdout, lambda r: "stop" in r)

@@ -22,7 +22,6 @@ status 0; 3 when the model endpoint fails; 4 when Chromium fails (infrastructure
 from __future__ import annotations
 
 import base64
-import json
 import os
 import sys
 from typing import Any
@@ -30,7 +29,15 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gui_actions
 from browser_page import Browser, BrowserCrashed, parse_screen
-from react_agent import ModelError, chat
+from react_agent import (
+    ModelError,
+    as_assistant,
+    ask,
+    instruction_arg,
+    report,
+    request_body,
+    tool_arguments,
+)
 
 SYSTEM_PROMPT = (
     "You control a web browser to complete the user's task. Each turn you see the current "
@@ -81,19 +88,6 @@ def forget_old(messages: list[dict[str, Any]], keep: int) -> None:
                 content[i] = {"type": "text", "text": OMITTED_TEXT}
 
 
-def parse_args(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
-    """A tool call's arguments as a dict, or an error text for the model."""
-    if raw in (None, ""):
-        return {}, None
-    try:
-        args = json.loads(raw) if isinstance(raw, str) else raw
-    except ValueError as e:
-        return None, f"error: arguments are not valid JSON: {e}"
-    if not isinstance(args, dict):
-        return None, "error: arguments must be a JSON object"
-    return args, None
-
-
 class Agent:
     def __init__(self, instruction: str, env: dict[str, str], browser: Browser) -> None:
         self.instruction = instruction
@@ -106,15 +100,9 @@ class Agent:
         if self.mode not in OBSERVATIONS:
             raise ValueError(f"FORGE_OBSERVATION: {self.mode!r} is not one of {OBSERVATIONS}")
         self.keep = max(1, int(env.get("FORGE_SCREENSHOTS_IN_CONTEXT", "1")))
-        self.body: dict[str, Any] = {"model": env.get("FORGE_MODEL", "policy")}
         names = env.get("FORGE_TOOLS")
         offered = list(gui_actions.ACTIONS) if names is None else [n for n in names.split(",") if n]
-        if offered:
-            self.body["tools"] = gui_actions.tools(offered)
-        if env.get("FORGE_TEMPERATURE"):
-            self.body["temperature"] = float(env["FORGE_TEMPERATURE"])
-        if env.get("FORGE_MAX_TOKENS"):
-            self.body["max_tokens"] = int(env["FORGE_MAX_TOKENS"])
+        self.body = request_body(env, gui_actions.tools(offered) if offered else [])
         what = {
             "screenshot": " as a screenshot",
             "screenshot+text": " as a screenshot and as text with its interactive elements",
@@ -145,27 +133,20 @@ class Agent:
         last_text: str | None = None
         for turn in range(1, self.max_turns + 1):
             forget_old(messages, self.keep)
-            reply = chat(
-                self.base,
-                self.key,
-                {**self.body, "messages": _wire(messages)},
-                self.request_timeout,
-            )
+            wire = _wire(messages)
+            message, calls = ask(self.base, self.key, self.body, wire, self.request_timeout)
             self.turns = turn
-            try:
-                message = reply["choices"][0]["message"]
-            except (KeyError, IndexError, TypeError) as e:
-                raise ModelError(f"malformed completion: {json.dumps(reply)[:2000]}") from e
-            calls = message.get("tool_calls") or []
             last_text = message.get("content") or last_text
             if not calls:
                 return message.get("content") or "", "answer"
-            kept = {k: v for k, v in message.items() if v is not None or k == "content"}
-            messages.append({**kept, "role": "assistant"})
+            messages.append(as_assistant(message))
             for call in calls:
                 fn = call.get("function") or {}
-                name, raw = fn.get("name", ""), fn.get("arguments", "")
-                args, error = parse_args(raw)
+                name, args, error = fn.get("name", ""), None, None
+                try:
+                    args = tool_arguments(name, fn.get("arguments"))
+                except ValueError as e:
+                    error = f"error: {e}"
                 if name == "done" and args is not None:
                     answer = args.get("answer", "")
                     if isinstance(answer, str):
@@ -204,9 +185,8 @@ def _wire(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str]) -> int:
-    instruction = argv[1] if len(argv) > 1 else os.environ.get("FORGE_INSTRUCTION", "")
+    instruction = instruction_arg(argv, "browser_agent")
     if not instruction:
-        print("browser_agent: no instruction (argv[1] or FORGE_INSTRUCTION)", file=sys.stderr)
         return 2
     env = dict(os.environ)
     answer, stop, code, agent = None, "error", 0, None
@@ -238,15 +218,16 @@ def main(argv: list[str]) -> int:
 
 
 def _report(answer: str | None, turns: int, stop: str, agent: Agent | None, code: int) -> int:
-    record = {
-        "final_answer": answer,
-        "turns": turns,
-        "stop": stop,
-        "actions": agent.actions if agent else 0,
-        "unchanged": agent.unchanged if agent else 0,
-    }
-    sys.stdout.write(json.dumps(record) + "\n")
-    sys.stdout.flush()
+    actions, unchanged = (agent.actions, agent.unchanged) if agent else (0, 0)
+    report(
+        {
+            "final_answer": answer,
+            "turns": turns,
+            "stop": stop,
+            "actions": actions,
+            "unchanged": unchanged,
+        }
+    )
     return code
 
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from forge.harnesses.base import AttemptContext, agent_env, last_json, string_field
+from forge.harnesses.base import AgentProgram, AttemptContext, agent_env
 from forge.harnesses.install import HarnessNotInstalled
-from forge.sandboxes.base import ExecResult
 
 HERE = Path(__file__).resolve().parent
 SANDBOX_DIR = "/opt/forge/harness"
@@ -16,7 +15,7 @@ PROGRAM = f"{SANDBOX_DIR}/desktop_agent.py"  # where the sandbox sees it
 TOOLS = ("xdotool", "import")  # the program's hands and eyes (import: ImageMagick)
 
 
-class DesktopHarness:
+class DesktopHarness(AgentProgram):
     """Mounts ``desktop_agent.py`` and the modules it imports read-only side by side under
     :data:`SANDBOX_DIR` and runs it with the instruction.
 
@@ -29,6 +28,7 @@ class DesktopHarness:
     turn count keeps one segment at the cost of a prompt that grows by a screenshot a turn.
     """
 
+    program = PROGRAM
     name = "desktop"
     protocol = "chat"
 
@@ -61,9 +61,6 @@ class DesktopHarness:
             )
         return {str(HERE / m): f"{SANDBOX_DIR}/{m}" for m in MODULES}
 
-    def files(self, ctx: AttemptContext) -> dict[str, str]:
-        return {}
-
     def env(self, ctx: AttemptContext) -> dict[str, str]:
         return agent_env(
             ctx,
@@ -73,16 +70,3 @@ class DesktopHarness:
             settle_s=self.settle_s,
             system_prompt=self.system_prompt,
         )
-
-    def command(self, ctx: AttemptContext) -> list[str]:
-        return [self.python, ctx.path(PROGRAM), ctx.instruction]
-
-    def final_answer(self, result: ExecResult) -> str | None:
-        """``final_answer`` of the last JSON line on stdout (None when there is none)."""
-        return string_field(last_json(result.stdout, lambda r: "final_answer" in r), "final_answer")
-
-    @staticmethod
-    def summary(result: ExecResult) -> dict[str, object] | None:
-        """The agent's last JSON line (``final_answer``, ``turns``, ``stop``, ``actions``,
-        ``unchanged``)."""
-        return last_json(result.stdout, lambda r: "stop" in r)

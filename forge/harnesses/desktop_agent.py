@@ -24,18 +24,33 @@ cannot be used.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import sys
 from typing import Any
 
 if __package__:  # imported from the forge package (tests)
     from forge.harnesses import desktop_actions, gui_actions
-    from forge.harnesses.react_agent import ModelError, chat
+    from forge.harnesses.react_agent import (
+        ModelError,
+        as_assistant,
+        ask,
+        instruction_arg,
+        report,
+        request_body,
+        tool_arguments,
+    )
 else:  # run as a program: the modules are mounted beside it, and its folder is on sys.path
     import desktop_actions
     import gui_actions
-    from react_agent import ModelError, chat
+    from react_agent import (
+        ModelError,
+        as_assistant,
+        ask,
+        instruction_arg,
+        report,
+        request_body,
+        tool_arguments,
+    )
 
 SYSTEM_PROMPT = (
     "You operate a Linux desktop through its screen, keyboard and mouse. Each turn you see a "
@@ -76,19 +91,6 @@ def keep_latest_images(messages: list[dict[str, Any]], keep: int) -> None:
                 content[i] = {"type": "text", "text": OMITTED}
 
 
-def parse_arguments(name: str, raw: Any) -> dict[str, Any]:
-    """A tool call's arguments as a dict; ActionError (its text goes back) when malformed."""
-    if raw in (None, ""):
-        return {}
-    try:
-        args = json.loads(raw) if isinstance(raw, str) else raw
-    except ValueError as e:
-        raise desktop_actions.ActionError(f"arguments of {name} are not valid JSON: {e}") from e
-    if not isinstance(args, dict):
-        raise desktop_actions.ActionError(f"arguments of {name} must be a JSON object")
-    return args
-
-
 def agent(
     instruction: str, env: dict[str, str], desk: desktop_actions.Desktop, stats: dict[str, int]
 ) -> tuple[str | None, int, str]:
@@ -99,14 +101,7 @@ def agent(
     max_turns = int(env.get("FORGE_MAX_TURNS", "20"))
     keep = max(int(env.get("FORGE_KEEP_SCREENSHOTS", "1")), 0)
     request_timeout = float(env.get("FORGE_REQUEST_TIMEOUT", "600"))
-    body: dict[str, Any] = {
-        "model": env.get("FORGE_MODEL", "policy"),
-        "tools": gui_actions.tools(desktop_actions.DESKTOP_ACTIONS),
-    }
-    if env.get("FORGE_TEMPERATURE"):
-        body["temperature"] = float(env["FORGE_TEMPERATURE"])
-    if env.get("FORGE_MAX_TOKENS"):
-        body["max_tokens"] = int(env["FORGE_MAX_TOKENS"])
+    body = request_body(env, gui_actions.tools(desktop_actions.DESKTOP_ACTIONS))
     system = env.get("FORGE_SYSTEM_PROMPT", SYSTEM_PROMPT)
     system = system.replace("{width}", str(desk.width)).replace("{height}", str(desk.height))
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
@@ -118,25 +113,19 @@ def agent(
         messages.append({"role": "user", "content": instruction})
     last_text: str | None = None
     for turn in range(1, max_turns + 1):
-        reply = chat(base, key, {**body, "messages": messages}, request_timeout)
+        message, calls = ask(base, key, body, messages, request_timeout)
         stats["turns"] = turn
-        try:
-            message = reply["choices"][0]["message"]
-        except (KeyError, IndexError, TypeError) as e:
-            raise ModelError(f"malformed completion: {json.dumps(reply)[:2000]}") from e
-        calls = message.get("tool_calls") or []
         last_text = message.get("content") or last_text
         if not calls:
             return message.get("content") or "", turn, "answer"
-        kept = {k: v for k, v in message.items() if v is not None or k == "content"}
-        messages.append({**kept, "role": "assistant"})
+        messages.append(as_assistant(message))
         acted = False
         for call in calls:
             fn = call.get("function") or {}
             name = fn.get("name", "")
             try:
-                args = parse_arguments(name, fn.get("arguments"))
-            except desktop_actions.ActionError as e:
+                args = tool_arguments(name, fn.get("arguments"))
+            except ValueError as e:
                 result = f"error: {e}"
             else:
                 if name == "done":
@@ -157,9 +146,8 @@ def agent(
 
 
 def main(argv: list[str]) -> int:
-    instruction = argv[1] if len(argv) > 1 else os.environ.get("FORGE_INSTRUCTION", "")
+    instruction = instruction_arg(argv, "desktop_agent")
     if not instruction:
-        print("desktop_agent: no instruction (argv[1] or FORGE_INSTRUCTION)", file=sys.stderr)
         return 2
     stats = {"turns": 0, "actions": 0, "unchanged": 0}
     answer: str | None = None
@@ -175,8 +163,7 @@ def main(argv: list[str]) -> int:
         turns, stop, code = stats["turns"], "error", 4
     record = {"final_answer": answer, "turns": turns, "stop": stop}
     record.update(actions=stats["actions"], unchanged=stats["unchanged"])
-    sys.stdout.write(json.dumps(record) + "\n")
-    sys.stdout.flush()
+    report(record)
     return code
 
 

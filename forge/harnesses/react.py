@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from forge.harnesses.base import AttemptContext, agent_env, last_json, string_field
-from forge.sandboxes.base import ExecResult
+from forge.harnesses.base import AgentProgram, AttemptContext, agent_env
 
 PROGRAM_HOST = str(Path(__file__).with_name("react_agent.py").resolve())
 PROGRAM = "/opt/forge/harness/react_agent.py"  # where the sandbox sees it
 TOOL_NAMES = ("shell", "read_file", "write_file", "finish")
 
 
-class ReactHarness:
+class ReactHarness(AgentProgram):
     """Mounts ``react_agent.py`` read-only at :data:`PROGRAM` and runs it with the instruction.
 
     The command names the program through ``ctx.path(PROGRAM)``: under isolation that is
@@ -21,6 +20,7 @@ class ReactHarness:
     pod builds it from ``Sandbox.proxy_host_port()``.
     """
 
+    program = PROGRAM
     name = "react"
     protocol = "chat"
 
@@ -49,9 +49,6 @@ class ReactHarness:
     def ro_mounts(self) -> dict[str, str]:
         return {PROGRAM_HOST: PROGRAM}
 
-    def files(self, ctx: AttemptContext) -> dict[str, str]:
-        return {}
-
     def env(self, ctx: AttemptContext) -> dict[str, str]:
         return agent_env(
             ctx,
@@ -61,15 +58,3 @@ class ReactHarness:
             tools=self.tools,
             system_prompt=self.system_prompt,
         )
-
-    def command(self, ctx: AttemptContext) -> list[str]:
-        return [self.python, ctx.path(PROGRAM), ctx.instruction]
-
-    def final_answer(self, result: ExecResult) -> str | None:
-        """``final_answer`` of the last JSON line on stdout (None when there is none)."""
-        return string_field(last_json(result.stdout, lambda r: "final_answer" in r), "final_answer")
-
-    @staticmethod
-    def summary(result: ExecResult) -> dict[str, object] | None:
-        """The agent's whole last JSON line (``final_answer``, ``turns``, ``stop``)."""
-        return last_json(result.stdout, lambda r: "stop" in r)

@@ -103,11 +103,9 @@ def run_shell(command: str, timeout_s: float) -> str:
 def run_tool(name: str, raw_args: Any, tool_timeout: float) -> str:
     """One tool call's observation; bad arguments become an error message for the model."""
     try:
-        args = json.loads(raw_args) if isinstance(raw_args, str) else raw_args
+        args = tool_arguments(name, raw_args)
     except ValueError as e:
-        return f"error: arguments of {name} are not valid JSON: {e}"
-    if not isinstance(args, dict):
-        return f"error: arguments of {name} must be a JSON object"
+        return f"error: {e}"
     required = {"shell": ["command"], "read_file": ["path"], "write_file": ["path", "content"]}
     if name not in required:
         return f"error: unknown tool {name!r}; tools: shell, read_file, write_file, finish"
@@ -155,6 +153,65 @@ def chat(base: str, key: str, body: dict[str, Any], timeout: float) -> dict[str,
     raise ModelError("model endpoint kept answering 503")
 
 
+def tool_arguments(name: str, raw: Any) -> dict[str, Any]:
+    """A tool call's arguments as a dict (none given: {}); ValueError with the reason, worded
+    for the model, when they are not a JSON object."""
+    if raw in (None, ""):
+        return {}
+    try:
+        args = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError as e:
+        raise ValueError(f"arguments of {name} are not valid JSON: {e}") from e
+    if not isinstance(args, dict):
+        raise ValueError(f"arguments of {name} must be a JSON object")
+    return args
+
+
+def request_body(env: dict[str, str], tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """What every request carries besides the messages: the model, the tools offered (no
+    ``tools`` key when there are none), and FORGE_TEMPERATURE and FORGE_MAX_TOKENS when set."""
+    body: dict[str, Any] = {"model": env.get("FORGE_MODEL", "policy")}
+    if tools:
+        body["tools"] = tools
+    if env.get("FORGE_TEMPERATURE"):
+        body["temperature"] = float(env["FORGE_TEMPERATURE"])
+    if env.get("FORGE_MAX_TOKENS"):
+        body["max_tokens"] = int(env["FORGE_MAX_TOKENS"])
+    return body
+
+
+def ask(
+    base: str, key: str, body: dict[str, Any], messages: list[dict[str, Any]], timeout: float
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One model turn: the reply's message and its tool calls; ModelError when malformed."""
+    reply = chat(base, key, {**body, "messages": messages}, timeout)
+    try:
+        message = reply["choices"][0]["message"]
+    except (KeyError, IndexError, TypeError) as e:
+        raise ModelError(f"malformed completion: {json.dumps(reply)[:2000]}") from e
+    return message, message.get("tool_calls") or []
+
+
+def as_assistant(message: dict[str, Any]) -> dict[str, Any]:
+    """A reply's message as it goes back into the conversation."""
+    kept = {k: v for k, v in message.items() if v is not None or k == "content"}
+    return {**kept, "role": "assistant"}
+
+
+def instruction_arg(argv: list[str], program: str) -> str:
+    """The instruction: argv[1] or FORGE_INSTRUCTION (the caller exits 2 when it is empty)."""
+    instruction = argv[1] if len(argv) > 1 else os.environ.get("FORGE_INSTRUCTION", "")
+    if not instruction:
+        print(f"{program}: no instruction (argv[1] or FORGE_INSTRUCTION)", file=sys.stderr)
+    return instruction
+
+
+def report(record: dict[str, Any]) -> None:
+    """The program's last stdout line: its summary as JSON."""
+    sys.stdout.write(json.dumps(record) + "\n")
+    sys.stdout.flush()
+
+
 def agent(
     instruction: str, env: dict[str, str], progress: dict[str, int]
 ) -> tuple[str | None, int, str]:
@@ -169,30 +226,18 @@ def agent(
     if "FORGE_TOOLS" in env:
         wanted = {t.strip() for t in env["FORGE_TOOLS"].split(",") if t.strip()}
         tools = [t for t in TOOLS if t["function"]["name"] in wanted]
-    body: dict[str, Any] = {"model": env.get("FORGE_MODEL", "policy")}
-    if tools:
-        body["tools"] = tools
-    if env.get("FORGE_TEMPERATURE"):
-        body["temperature"] = float(env["FORGE_TEMPERATURE"])
-    if env.get("FORGE_MAX_TOKENS"):
-        body["max_tokens"] = int(env["FORGE_MAX_TOKENS"])
+    body = request_body(env, tools)
     system = env.get("FORGE_SYSTEM_PROMPT", SYSTEM_PROMPT)
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
     messages.append({"role": "user", "content": instruction})
     last_text: str | None = None
     for turn in range(1, max_turns + 1):
-        reply = chat(base, key, {**body, "messages": messages}, request_timeout)
+        message, calls = ask(base, key, body, messages, request_timeout)
         progress["turns"] = turn
-        try:
-            message = reply["choices"][0]["message"]
-        except (KeyError, IndexError, TypeError) as e:
-            raise ModelError(f"malformed completion: {json.dumps(reply)[:2000]}") from e
-        calls = message.get("tool_calls") or []
         last_text = message.get("content") or last_text
         if not calls:
             return message.get("content") or "", turn, "answer"
-        kept = {k: v for k, v in message.items() if v is not None or k == "content"}
-        messages.append({**kept, "role": "assistant"})
+        messages.append(as_assistant(message))
         for call in calls:
             fn = call.get("function") or {}
             name, raw = fn.get("name", ""), fn.get("arguments", "")
@@ -211,9 +256,8 @@ def agent(
 
 
 def main(argv: list[str]) -> int:
-    instruction = argv[1] if len(argv) > 1 else os.environ.get("FORGE_INSTRUCTION", "")
+    instruction = instruction_arg(argv, "react_agent")
     if not instruction:
-        print("react_agent: no instruction (argv[1] or FORGE_INSTRUCTION)", file=sys.stderr)
         return 2
     progress = {"turns": 0}
     try:
@@ -222,8 +266,7 @@ def main(argv: list[str]) -> int:
     except ModelError as e:
         print(f"react_agent: {e}", file=sys.stderr)
         answer, turns, stop, code = None, progress["turns"], "error", 3
-    sys.stdout.write(json.dumps({"final_answer": answer, "turns": turns, "stop": stop}) + "\n")
-    sys.stdout.flush()
+    report({"final_answer": answer, "turns": turns, "stop": stop})
     return code
 
 
