@@ -31,15 +31,18 @@ import argparse
 import hmac
 import json
 import math
-import os
 import re
 import secrets
 import sys
-import tempfile
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+if __package__:  # imported from the tasks package (tests)
+    from tasks.webapps.httpstate import JsonHandler, write_atomic
+else:  # run as a program: httpstate.py is beside it, and its folder is on sys.path
+    from httpstate import JsonHandler, write_atomic
 
 HTML = "/opt/forge/miniwob"  # where the sandbox sees the miniwob package's html/ folder
 EPISODE_MS = 6 * 3600 * 1000  # under setTimeout's 2**31-1 ms, beyond which it fires at once
@@ -93,20 +96,6 @@ HOOK = """<script>
 })();
 </script>
 """
-
-
-def write_atomic(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".state-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def hooked_page(text: str, token: str, seed: int | str, zoom: float) -> str:
@@ -193,47 +182,27 @@ class Episode:
         return 200, {"recorded": first}
 
 
-def make_handler(episode: Episode) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            sys.stderr.write(f"{self.command} {self.path}\n")
-
-        def _send(self, code: int, body: bytes, ctype: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def _json(self, code: int, value: Any) -> None:
-            self._send(code, json.dumps(value).encode(), "application/json")
-
+def make_handler(episode: Episode) -> type[JsonHandler]:
+    class Handler(JsonHandler):
         def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0].split("#", 1)[0]
+            path = self.route
             if path == "/health":
-                return self._send(200, b"ok\n", "text/plain")
+                return self.send(200, b"ok\n", "text/plain")
             if path in ("/", "/index.html"):
-                return self._send(200, episode.page(), TYPES[".html"])
+                return self.send(200, episode.page(), TYPES[".html"])
             file = episode.asset(path)
             if file is None:
-                return self._send(404, b"not found\n", "text/plain")
-            ctype = TYPES.get(file.suffix, "application/octet-stream")
-            self._send(200, file.read_bytes(), ctype)
+                return self.not_found()
+            self.send(200, file.read_bytes(), TYPES.get(file.suffix, "application/octet-stream"))
 
         def do_POST(self) -> None:
-            if self.path.split("?", 1)[0] != "/report":
-                return self._send(404, b"not found\n", "text/plain")
+            if self.route != "/report":
+                return self.not_found()
             try:
-                length = int(self.headers.get("Content-Length") or 0)
-                if not 0 < length <= MAX_BODY:
-                    raise ValueError("bad length")
-                body = json.loads(self.rfile.read(length))
-                if not isinstance(body, dict):
-                    raise ValueError("not an object")
+                body = self.json_body(MAX_BODY)
             except ValueError:
-                return self._json(400, {"error": "the body is a JSON object"})
-            self._json(*episode.report(body))
+                return self.send_json(400, {"error": "the body is a JSON object"})
+            self.send_json(*episode.report(body))
 
     return Handler
 

@@ -20,14 +20,17 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
 import sys
-import tempfile
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+if __package__:  # imported from the tasks package (tests)
+    from tasks.webapps.httpstate import JsonHandler, write_atomic
+else:  # run as a program: httpstate.py is beside it, and its folder is on sys.path
+    from httpstate import JsonHandler, write_atomic
 
 HERE = Path(__file__).resolve().parent
 APPS = ("shop", "mail", "booking", "calendar", "bank")
@@ -204,20 +207,6 @@ APP_DEFS: dict[str, tuple[Callable[[dict[str, Any]], dict[str, Any]], dict[str, 
 # -- the server ------------------------------------------------------------------------------
 
 
-def write_atomic(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".state-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 class App:
     """One app's seed and state; every change is saved before it is answered."""
 
@@ -243,50 +232,32 @@ class App:
         return self.data()
 
 
-def make_handler(app: App) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            sys.stderr.write(f"{self.command} {self.path}\n")
-
-        def _send(self, code: int, body: bytes, ctype: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def _json(self, code: int, value: Any) -> None:
-            self._send(code, json.dumps(value).encode(), "application/json")
-
+def make_handler(app: App) -> type[JsonHandler]:
+    class Handler(JsonHandler):
         def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
+            path = self.route
             if path == "/health":
-                return self._send(200, b"ok\n", "text/plain")
+                return self.send(200, b"ok\n", "text/plain")
             if path == "/api/data":
-                return self._json(200, app.data())
+                return self.send_json(200, app.data())
             if path in ("/", "/index.html"):
                 file = HERE / app.name / "index.html"
             elif path.startswith("/static/") and "/" not in path[len("/static/") :]:
                 file = HERE / "static" / path[len("/static/") :]
             else:
-                return self._send(404, b"not found\n", "text/plain")
+                return self.not_found()
             if not file.is_file():
-                return self._send(404, b"not found\n", "text/plain")
-            self._send(200, file.read_bytes(), TYPES.get(file.suffix, "application/octet-stream"))
+                return self.not_found()
+            self.send(200, file.read_bytes(), TYPES.get(file.suffix, "application/octet-stream"))
 
         def do_POST(self) -> None:
-            path = self.path.split("?", 1)[0]
+            path = self.route
             if not path.startswith("/api/"):
-                return self._send(404, b"not found\n", "text/plain")
+                return self.not_found()
             try:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
-                if not isinstance(body, dict):
-                    raise ActionError("the body is a JSON object")
-                self._json(200, app.act(path[len("/api/") :], body))
-            except (ActionError, ValueError) as e:
-                self._json(400, {"error": str(e)})
+                self.send_json(200, app.act(path[len("/api/") :], self.json_body()))
+            except ValueError as e:  # ActionError too
+                self.send_json(400, {"error": str(e)})
 
     return Handler
 
