@@ -13,10 +13,6 @@ maps them. The launcher's harness is a wait for a file outside the workspace.
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -29,11 +25,12 @@ import yaml
 from forge.sandboxes import services
 from rewards import verify
 from tasks import Task, miniwob
-from tasks.gui_play import CHROMIUM, launch_browser, new_page, play, settle
+from tasks.gui_play import play, settle
 from tasks.loader import load_suite
 from tasks.schema import GuiAction
 from tasks.webapps.miniwob_server import EPISODE_MS
 from tests.rewards.sandbox_double import DirSandbox
+from tests.tasks.launched import Ahead, Launched, chromium_page
 
 SUITE = miniwob.load()
 # One seed of each MiniWoB task is played here (a representative slice, for the suite's time);
@@ -106,103 +103,19 @@ def test_mounts_the_package_html_read_only() -> None:
     assert services.MINIWOB not in services.mounts(web).values()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Running:
-    """An instance's service under the launcher in ``workspace`` until :meth:`finish`."""
-
-    def __init__(self, task: Task, workspace: Path, done: Path) -> None:
-        port = _free_port()
-        paths = {services.WEBAPPS: services.WEBAPPS_HOST, services.MINIWOB: str(HTML)}
-        text = json.dumps(services.launcher_spec(task, paths))
-        spec = text.replace(f":{miniwob.PORT}/", f":{port}/").replace(
-            f"--port {miniwob.PORT}", f"--port {port}"
-        )
-        self.url = f"http://127.0.0.1:{port}/"
-        wait = f"while [ ! -e '{done}' ]; do sleep 0.1; done"
-        argv = [sys.executable, "-I", services.LAUNCHER_HOST, "--spec", spec, "--"]
-        self.done = done
-        self.proc = subprocess.Popen(
-            [*argv, "sh", "-c", wait], cwd=workspace, stderr=subprocess.PIPE, text=True
-        )
-        self.task_id, self.stderr = task.id, ""
-
-    def wait_up(self) -> None:
-        end = time.monotonic() + 30
-        while not self.up():
-            if self.proc.poll() is not None or time.monotonic() > end:
-                self.finish()
-                raise AssertionError(f"{self.task_id}: service did not come up: {self.stderr}")
-            time.sleep(0.05)
-
-    def up(self) -> bool:
-        try:
-            with urllib.request.urlopen(self.url + "health", timeout=1) as resp:
-                return resp.status == 200
-        except OSError:
-            return False
-
-    def finish(self) -> int:
-        self.done.touch()
-        try:
-            code = self.proc.wait(timeout=15)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-        assert self.proc.stderr is not None
-        self.stderr = self.proc.stderr.read()
-        return code
-
-
-class Ahead:
-    """Launchers started a few instances ahead of the test that plays them (starting one is
-    mostly waiting, so the wait overlaps the playing); each in its own workspace."""
-
-    def __init__(self, tasks: list[Task], root: Path, depth: int = 3) -> None:
-        self.tasks, self.root, self.depth = tasks, root, depth
-        self.started: dict[str, tuple[Running, Path]] = {}
-
-    def _start(self, task: Task) -> None:
-        if task.id in self.started:
-            return
-        folder = self.root / task.id
-        (folder / "ws").mkdir(parents=True)
-        self.started[task.id] = (Running(task, folder / "ws", folder / "harness-done"), folder)
-
-    def take(self, task: Task) -> tuple[Running, Path]:
-        self._start(task)
-        at = next(i for i, t in enumerate(self.tasks) if t.id == task.id)
-        for later in self.tasks[at + 1 : at + 1 + self.depth]:
-            self._start(later)
-        run, folder = self.started.pop(task.id)
-        run.wait_up()
-        return run, folder
-
-    def close(self) -> None:
-        for run, _ in self.started.values():
-            run.finish()
+PATHS = {services.WEBAPPS: services.WEBAPPS_HOST, services.MINIWOB: str(HTML)}
 
 
 @pytest.fixture(scope="module")
 def ahead(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ahead]:
-    pool = Ahead(PLAYED, tmp_path_factory.mktemp("miniwob"))
+    pool = Ahead(PLAYED, tmp_path_factory.mktemp("miniwob"), PATHS, depth=3)
     yield pool
     pool.close()
 
 
 @pytest.fixture(scope="module")
 def page() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM}")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as pw:
-        browser = launch_browser(pw)
-        yield new_page(browser, *miniwob.SCREEN)
-        browser.close()
+    yield from chromium_page(miniwob.SCREEN)
 
 
 def start_episode(page: Any, url: str) -> str:
@@ -222,8 +135,8 @@ def state(workspace: Path) -> dict[str, Any]:
 @needs_html
 @pytest.mark.parametrize("task", PLAYED, ids=[t.id for t in PLAYED])
 def test_solution_scores_one_and_nothing_zero(page: Any, ahead: Ahead, task: Task) -> None:
-    run, folder = ahead.take(task)
-    workspace = folder / "ws"
+    run = ahead.take(task)
+    workspace = run.workspace
     try:
         assert start_episode(page, run.url) == task.instruction
         assert page.evaluate("core.EPISODE_MAX_TIME") == EPISODE_MS  # not MiniWoB's 10-15 s
@@ -247,8 +160,7 @@ def test_failure_is_final_and_reports_cannot_be_forged(page: Any, tmp_path: Path
     task = miniwob.load("click-test-2")[0]
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    run = Running(task, workspace, tmp_path / "harness-done")
-    run.wait_up()
+    run = Launched(task, workspace, tmp_path / "harness-done", PATHS).wait_up()
     try:
         start_episode(page, run.url)
         forged = json.dumps({"token": "x", "raw_reward": 1, "reward": 1}).encode()

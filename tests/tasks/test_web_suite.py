@@ -12,12 +12,6 @@ does after an episode.
 
 from __future__ import annotations
 
-import json
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,9 +21,10 @@ import pytest
 from forge.sandboxes import services
 from rewards import verify
 from tasks import Task, load_suite
-from tasks.gui_play import CHROMIUM, launch_browser, new_page, play, settle
+from tasks.gui_play import play, settle
 from tasks.schema import GuiAction
 from tests.rewards.sandbox_double import DirSandbox
+from tests.tasks.launched import Ahead, Launched, chromium_page
 
 WEB = load_suite("web")
 APPS = {"shop", "mail", "booking", "calendar", "bank"}
@@ -50,97 +45,12 @@ def test_suite_shape() -> None:
         assert len(t.solution) < t.limits.max_turns, t.id
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _on_port(task: Task, port: int) -> tuple[dict[str, Any], str]:
-    """The launcher spec and start URL of ``task`` with its fixed port replaced by ``port``."""
-    assert task.gui is not None and task.gui.start_url
-    old = task.gui.start_url.rsplit(":", 1)[1].strip("/")
-    spec = services.launcher_spec(task, {services.WEBAPPS: services.WEBAPPS_HOST})
-    text = (
-        json.dumps(spec).replace(f":{old}/", f":{port}/").replace(f"--port {old}", f"--port {port}")
-    )
-    return json.loads(text), task.gui.start_url.replace(f":{old}/", f":{port}/")
-
-
-class Running:
-    """A task's services under the launcher in ``workspace`` until :meth:`finish`; started at
-    once, :meth:`wait_up` waits until the app answers."""
-
-    def __init__(self, task: Task, workspace: Path, done: Path) -> None:
-        workspace.mkdir(parents=True, exist_ok=True)
-        for rel, text in task.files.items():
-            (workspace / rel).parent.mkdir(parents=True, exist_ok=True)
-            (workspace / rel).write_text(text)
-        spec, self.url = _on_port(task, _free_port())
-        wait = f"while [ ! -e '{done}' ]; do sleep 0.05; done"
-        argv = [sys.executable, "-I", services.LAUNCHER_HOST, "--spec", json.dumps(spec)]
-        self.task, self.workspace, self.done, self.stderr = task, workspace, done, ""
-        self.proc = subprocess.Popen(
-            [*argv, "--", "sh", "-c", wait], cwd=workspace, stderr=subprocess.PIPE, text=True
-        )
-
-    def wait_up(self) -> Running:
-        end = time.monotonic() + 20
-        while not self._up():
-            if self.proc.poll() is not None or time.monotonic() > end:
-                self.finish()
-                raise AssertionError(f"{self.task.id}: services did not come up: {self.stderr}")
-            time.sleep(0.05)
-        return self
-
-    def _up(self) -> bool:
-        try:
-            with urllib.request.urlopen(self.url + "health", timeout=1) as resp:
-                return resp.status == 200
-        except OSError:
-            return False
-
-    def finish(self) -> int:
-        self.done.touch()
-        try:
-            code = self.proc.wait(timeout=15)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-        assert self.proc.stderr is not None
-        self.stderr = self.proc.stderr.read()
-        return code
-
-
-class Launchers:
-    """Launchers started ahead: while one task is played, the next one's app starts."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.started: dict[str, Running] = {}
-
-    def start(self, task: Task) -> Running:
-        if task.id not in self.started:
-            d = self.root / task.id
-            self.started[task.id] = Running(task, d / "ws", d / "harness-done")
-        return self.started[task.id]
-
-    def take(self, task: Task) -> Running:
-        run = self.start(task)
-        del self.started[task.id]
-        later = WEB[WEB.index(task) + 1 :]
-        if later:
-            self.start(later[0])
-        return run.wait_up()
-
-    def close(self) -> None:
-        for run in self.started.values():
-            run.finish()
+PATHS = {services.WEBAPPS: services.WEBAPPS_HOST}
 
 
 @pytest.fixture(scope="module")
-def launchers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launchers]:
-    pool = Launchers(tmp_path_factory.mktemp("web"))
+def launchers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ahead]:
+    pool = Ahead(WEB, tmp_path_factory.mktemp("web"), PATHS)
     yield pool
     pool.close()
 
@@ -148,19 +58,13 @@ def launchers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launchers]:
 @pytest.fixture(scope="module")
 def page() -> Iterator[Any]:
     """One Chromium page at 640x480 for the module (each task navigates it afresh)."""
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM}")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as pw:
-        browser = launch_browser(pw)
-        yield new_page(browser, *SCREEN)
-        browser.close()
+    yield from chromium_page(SCREEN)
 
 
 @pytest.mark.browser
 @pytest.mark.parametrize("task", WEB, ids=[t.id for t in WEB])
 def test_solution_in_chromium_scores_one_and_nothing_scores_zero(
-    page: Any, launchers: Launchers, task: Task
+    page: Any, launchers: Ahead, task: Task
 ) -> None:
     run = launchers.take(task)
     workspace = run.workspace
@@ -187,6 +91,6 @@ def test_launcher_stops_the_app(tmp_path: Path) -> None:
     task = WEB[0]
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    run = Running(task, workspace, tmp_path / "done").wait_up()
+    run = Launched(task, workspace, tmp_path / "done", PATHS).wait_up()
     assert run.finish() == 0
-    assert not run._up()
+    assert not run.up()
