@@ -1,0 +1,522 @@
+"""What GUI episodes cost on this machine: browser and desktop sandboxes at once, memory per
+sandbox, screenshot-to-action latency, and one episode through OpenForge against the same steps
+run by hand, side by side in one run.
+
+Two tasks, each solved by its reference steps: ``web/booking_tuesday_ten`` (the ``browser``
+harness: the booking app's server and Chromium through Playwright; 4 actions) and
+``desktop/xedit_append_item`` (the ``desktop`` harness: Xvfb, openbox, xedit, xdotool; 3 actions).
+
+- *OpenForge*: N HarnessPods on one scripted-oracle Policy run N episodes at once, each the
+  real stack: a fresh bubblewrap sandbox, the task's services under the launcher, the harness
+  sending each screenshot through the recording proxy to the Policy and carrying out the tool
+  call it gets back, the verifier in a fresh sandbox, the sandbox destroyed.
+- *by hand*: N subprocesses of this script at once, each the same steps as a plain script: the
+  app's server (or Xvfb + openbox + xedit) started directly, Chromium through Playwright (or
+  xdotool), per step a screenshot (PNG, base64-encoded as an agent would send it), the action,
+  the same settle pause as the harness (``--settle-s``), then the same verifier on the files.
+  No Ray, proxy, policy or sandbox.
+
+Memory: every 0.5 s the process trees of each sandbox (the outer ``bwrap`` processes under a
+HarnessPod's actor process and everything below them) and of each by-hand subprocess are summed,
+as PSS from ``/proc/PID/smaps_rollup`` (Chromium's processes share most of their pages, so RSS
+counts those several times) and as RSS; the peak per sandbox and of all together are printed.
+
+Latency, from the proxy's Turn records (``started_at``, ``latency_s``) and the episode's start
+and end: *start-up* (call to the first request at the proxy: sandbox, services, browser or
+display, first screenshot), per step the *policy* round trip as the proxy saw it and the
+*harness side* (answer back to the harness, the action, the settle pause, the harness's
+screenshots and encoding, the request up to the proxy), and *end* (last answer to the Episode
+back in this process: harness exit, services stopped, verifier, sandbox destroyed). By hand the
+step splits into screenshot, encode, action and settle.
+
+    .venv/bin/python scripts/bench/gui.py [--kinds browser,desktop] [--n 1,2,4] [--hand-n 1]
+        [--reps 2] [--settle-s 0.3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import itertools
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import forge  # noqa: F401  (before ray: a loopback-only local cluster)
+
+# isort: split
+import psutil
+
+from forge.sandboxes import services
+from rewards import verify
+from tasks import Task, load_suite
+from tasks.schema import GuiAction
+
+TASKS = {"browser": ("web", "booking_tuesday_ten"), "desktop": ("desktop", "xedit_append_item")}
+MIB = 2**20
+
+
+def load_task(kind: str) -> Task:
+    suite, task_id = TASKS[kind]
+    return next(t for t in load_suite(suite) if t.id == task_id)
+
+
+def steps_of(task: Task) -> list[dict[str, Any]]:
+    return [s.model_dump() for s in task.solution if isinstance(s, GuiAction)]
+
+
+# -- memory ----------------------------------------------------------------------------------
+
+
+def tree_memory(root: psutil.Process) -> tuple[int, int, bool]:
+    """(RSS, PSS, whether every PSS was readable) of ``root`` and all its descendants, in bytes.
+    A process whose smaps_rollup cannot be read counts its RSS as its PSS."""
+    rss = pss = 0
+    exact = True
+    try:
+        members = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0, 0, True
+    for proc in members:
+        try:
+            with open(f"/proc/{proc.pid}/smaps_rollup") as f:
+                fields = dict(line.split(":", 1) for line in f if line[:4] in ("Rss:", "Pss:"))
+            rss += int(fields["Rss"].split()[0]) * 1024
+            pss += int(fields["Pss"].split()[0]) * 1024
+        except (OSError, KeyError, ValueError):
+            try:
+                r = proc.memory_info().rss
+            except psutil.Error:
+                continue  # gone meanwhile
+            rss, pss, exact = rss + r, pss + r, False
+    return rss, pss, exact
+
+
+def sandbox_roots(actor_pid: int) -> list[psutil.Process]:
+    """The outer ``bwrap`` processes under a HarnessPod's actor process: one per sandbox exec
+    (bwrap forks once inside its namespaces; the inner one is part of the outer one's tree)."""
+    try:
+        below = psutil.Process(actor_pid).children(recursive=True)
+    except psutil.Error:
+        return []
+    out = []
+    for proc in below:
+        with suppress(psutil.Error):
+            if proc.name() == "bwrap" and proc.parent().name() != "bwrap":
+                out.append(proc)
+    return out
+
+
+class MemoryWatch:
+    """Samples ``groups()`` (group name -> root processes) every ``every_s``; keeps each
+    group's peak (its roots' trees summed) and the peak of all groups together."""
+
+    def __init__(self, groups: Callable[[], dict[Any, list[psutil.Process]]], every_s: float = 0.5):
+        self.groups = groups
+        self.every_s = every_s
+        self.peak_pss: dict[Any, int] = {}
+        self.peak_rss: dict[Any, int] = {}
+        self.all_pss = 0
+        self.exact = True
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def sample(self) -> None:
+        total = 0
+        for name, roots in self.groups().items():
+            rss = pss = 0
+            for root in roots:
+                r, p, exact = tree_memory(root)
+                rss, pss, self.exact = rss + r, pss + p, self.exact and exact
+            self.peak_pss[name] = max(self.peak_pss.get(name, 0), pss)
+            self.peak_rss[name] = max(self.peak_rss.get(name, 0), rss)
+            total += pss
+        self.all_pss = max(self.all_pss, total)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.sample()
+
+    def __enter__(self) -> MemoryWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+# -- by hand (a subprocess of this script: ``--hand KIND``) -----------------------------------
+
+
+class WorkspaceFiles:
+    """The verifier's view of a host folder (it only reads files)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def get_file(self, path: str) -> bytes | None:
+        target = self.root / path
+        return target.read_bytes() if target.is_file() else None
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def seed(task: Task, ws: Path) -> None:
+    for rel, content in task.files.items():
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_text(content)
+
+
+def web_service(task: Task, port: int) -> tuple[str, str, str]:
+    """The task's one web service on ``port`` with the host's webapps folder: (command, start
+    URL, ready URL)."""
+    assert task.gui is not None and task.gui.start_url and len(task.services) == 1
+    old = task.gui.start_url.rsplit(":", 1)[1].strip("/")
+    svc = task.services[0]
+    command = svc.command.replace(services.WEBAPPS, services.WEBAPPS_HOST)
+    command = command.replace(f"--port {old}", f"--port {port}")
+    return (
+        command,
+        task.gui.start_url.replace(f":{old}/", f":{port}/"),
+        str(svc.ready).replace(f":{old}/", f":{port}/"),
+    )
+
+
+def wait_http(url: str, timeout_s: float = 30.0) -> None:
+    end = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except OSError:
+            if time.monotonic() > end:
+                raise RuntimeError(f"{url} did not answer within {timeout_s:g}s") from None
+            time.sleep(0.05)
+
+
+def hand_browser(task: Task, ws: Path, settle_s: float, timing: dict[str, Any]) -> None:
+    from playwright.sync_api import sync_playwright
+
+    from forge.harnesses.browser_page import CHROMIUM_ARGS, find_chromium
+    from tasks.gui_play import play, settle
+
+    width, height = task.gui.screen if task.gui else (640, 480)
+    command, url, ready = web_service(task, free_port())
+    server = subprocess.Popen(
+        ["sh", "-c", command], cwd=ws, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_http(ready)
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(
+                executable_path=find_chromium(), headless=True, args=list(CHROMIUM_ARGS)
+            )
+            page = browser.new_page(viewport={"width": width, "height": height})
+            page.goto(url, wait_until="load")
+            settle(page)
+            timing["up"] = time.perf_counter()
+            for step in steps_of(task):
+                t0 = time.perf_counter()
+                png = page.screenshot(type="png")
+                t1 = time.perf_counter()
+                base64.b64encode(png)
+                t2 = time.perf_counter()
+                play(page, step, width, height)  # the action, then until the app is idle
+                t3 = time.perf_counter()
+                time.sleep(settle_s)
+                timing["steps"].append([t1 - t0, t2 - t1, t3 - t2, time.perf_counter() - t3])
+            timing["acted"] = time.perf_counter()
+            browser.close()
+    finally:
+        with suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGTERM)
+        server.wait()
+
+
+def hand_desktop(task: Task, ws: Path, settle_s: float, timing: dict[str, Any]) -> None:
+    from forge.harnesses.desktop_display import task_desktop
+
+    with task_desktop(task, ws) as desk:  # Xvfb, openbox, the task's applications
+        desk.settle_s = settle_s
+        timing["up"] = time.perf_counter()
+        for step in steps_of(task):
+            t0 = time.perf_counter()
+            png = desk.screenshot()
+            t1 = time.perf_counter()
+            base64.b64encode(png)
+            t2 = time.perf_counter()
+            desk.perform(step["action"], step)
+            t3 = time.perf_counter()
+            desk.settled_screenshot()  # the harness's settle: the pause, then a still screen
+            timing["steps"].append([t1 - t0, t2 - t1, t3 - t2, time.perf_counter() - t3])
+        timing["acted"] = time.perf_counter()
+
+
+def hand_main(kind: str, settle_s: float) -> None:
+    """One by-hand episode; prints one JSON line of its timings and reward."""
+    t0 = time.perf_counter()
+    task = load_task(kind)
+    timing: dict[str, Any] = {"steps": []}
+    with tempfile.TemporaryDirectory(prefix="forge-gui-hand-") as tmp:
+        ws = Path(tmp)
+        seed(task, ws)
+        (hand_browser if kind == "browser" else hand_desktop)(task, ws, settle_s, timing)
+        reward = verify(task.verifier, WorkspaceFiles(ws), task.answer).reward
+    end = time.perf_counter()
+    out = {"start": timing["up"] - t0, "steps": timing["steps"], "end": end - timing["acted"]}
+    print(json.dumps({**out, "total": end - t0, "reward": reward}), flush=True)
+
+
+# -- one round: N episodes at once ------------------------------------------------------------
+
+
+@dataclass
+class Round:
+    kind: str
+    way: str  # "OpenForge" or "by hand"
+    n: int
+    wall_s: float = 0.0
+    passed: int = 0
+    failures: list[str] = field(default_factory=list)
+    start_s: list[float] = field(default_factory=list)  # per episode
+    end_s: list[float] = field(default_factory=list)
+    total_s: list[float] = field(default_factory=list)
+    step_parts: list[list[float]] = field(default_factory=list)  # per step
+    peak_pss: list[int] = field(default_factory=list)  # per sandbox / per by-hand tree
+    peak_rss: list[int] = field(default_factory=list)
+    all_pss: int = 0
+    pss_exact: bool = True
+
+
+def hand_round(kind: str, n: int, settle_s: float) -> Round:
+    r = Round(kind, "by hand", n)
+    argv = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--hand",
+        kind,
+        "--settle-s",
+        str(settle_s),
+    ]
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) for _ in range(n)]
+    live = {p.pid: [psutil.Process(p.pid)] for p in procs}
+    with MemoryWatch(lambda: {k: v for k, v in live.items() if v[0].is_running()}) as mem:
+        outs = [p.communicate()[0] for p in procs]
+        r.wall_s = time.perf_counter() - t0
+    for proc, out in zip(procs, outs, strict=True):
+        if proc.returncode != 0 or not out.strip():
+            r.failures.append(f"exit {proc.returncode}")
+            continue
+        rec = json.loads(out.strip().splitlines()[-1])
+        r.passed += rec["reward"] == 1.0
+        r.start_s.append(rec["start"])
+        r.end_s.append(rec["end"])
+        r.total_s.append(rec["total"])
+        r.step_parts += rec["steps"]
+    r.peak_pss, r.peak_rss = list(mem.peak_pss.values()), list(mem.peak_rss.values())
+    r.all_pss, r.pss_exact = mem.all_pss, mem.exact
+    return r
+
+
+def stack_round(pods: list[Any], pids: list[int], kind: str, n: int, settle_s: float) -> Round:
+    import ray
+
+    r = Round(kind, "OpenForge", n)
+    task = load_task(kind).model_dump()
+    groups = {pid: [] for pid in pids[:n]}
+
+    def roots() -> dict[Any, list[psutil.Process]]:
+        return {pid: sandbox_roots(pid) for pid in groups}
+
+    opts = {"settle_s": settle_s}
+    with MemoryWatch(roots) as mem:
+        t0, p0 = time.time(), time.perf_counter()
+        pending = {
+            p.run_episode.remote(task, kind, harness_options=opts): i
+            for i, p in enumerate(pods[:n])
+        }
+        ended: dict[Any, float] = {}
+        while len(ended) < n:
+            done, _ = ray.wait([ref for ref in pending if ref not in ended], num_returns=1)
+            ended[done[0]] = time.time()
+        r.wall_s = time.perf_counter() - p0
+    for ref, t_end in ended.items():
+        ep = ray.get(ref)
+        if ep.status != "ok" or not ep.turns:
+            r.failures.append(ep.failure or ep.truncated or "no turns")
+            continue
+        r.passed += ep.reward == 1.0
+        turns = sorted(ep.turns, key=lambda t: t.index)
+        r.start_s.append(turns[0].started_at - t0)
+        for a, b in itertools.pairwise(turns):
+            r.step_parts.append([a.latency_s, b.started_at - (a.started_at + a.latency_s)])
+        r.end_s.append(t_end - (turns[-1].started_at + turns[-1].latency_s))
+        r.total_s.append(t_end - t0)
+    r.peak_pss = [v for v in mem.peak_pss.values() if v]
+    r.peak_rss = [v for v in mem.peak_rss.values() if v]
+    r.all_pss, r.pss_exact = mem.all_pss, mem.exact
+    return r
+
+
+# -- printing --------------------------------------------------------------------------------
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def col(parts: list[list[float]], i: int) -> float:
+    return med([p[i] for p in parts]) * 1000
+
+
+def print_round(r: Round) -> None:
+    step = med([sum(p) for p in r.step_parts]) * 1000
+    fails = f"  failed: {', '.join(r.failures)}" if r.failures else ""
+    print(
+        f"{r.kind:8s} {r.n:2d} {r.way:10s} {r.wall_s:7.1f} {60 * r.n / r.wall_s:8.1f} "
+        f"{r.passed:2d}/{r.n:<2d} {max(r.peak_pss, default=0) / MIB:7.0f} "
+        f"{med(r.peak_pss) / MIB:7.0f} {max(r.peak_rss, default=0) / MIB:7.0f} "
+        f"{r.all_pss / MIB:8.0f} {step:8.0f}{'' if r.pss_exact else ' (some PSS as RSS)'}{fails}",
+        flush=True,
+    )
+
+
+def print_split(kind: str, stack: list[Round], hand: list[Round]) -> None:
+    """The N=1 episodes' medians: start-up, per-step parts, end, and the whole episode."""
+    s = Round(kind, "OpenForge", 1)
+    h = Round(kind, "by hand", 1)
+    for agg, rounds in ((s, stack), (h, hand)):
+        for r in rounds:
+            agg.start_s += r.start_s
+            agg.end_s += r.end_s
+            agg.total_s += r.total_s
+            agg.step_parts += r.step_parts
+    ms = 1000
+    print(
+        f"{kind:8s} OpenForge  start-up {med(s.start_s) * ms:6.0f} ms; per step: policy round "
+        f"trip {col(s.step_parts, 0):5.0f} + harness side {col(s.step_parts, 1):5.0f} ms; "
+        f"end {med(s.end_s) * ms:5.0f} ms; episode {med(s.total_s):5.2f} s "
+        f"({len(s.total_s)} episodes, {len(s.step_parts)} steps)"
+    )
+    print(
+        f"{kind:8s} by hand    start-up {med(h.start_s) * ms:6.0f} ms; per step: screenshot "
+        f"{col(h.step_parts, 0):4.0f} + encode {col(h.step_parts, 1):3.0f} + action "
+        f"{col(h.step_parts, 2):4.0f} + settle {col(h.step_parts, 3):4.0f} ms; end "
+        f"{med(h.end_s) * ms:5.0f} ms; episode {med(h.total_s):5.2f} s"
+    )
+    print(f"{kind:8s} episode OpenForge / by hand: {med(s.total_s) / med(h.total_s):5.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kinds", default="browser,desktop")
+    parser.add_argument("--n", default="1,2,4", help="episodes at once through OpenForge")
+    parser.add_argument("--hand-n", default="1", help="episodes at once by hand")
+    parser.add_argument("--reps", type=int, default=2, help="rounds at N=1 (interleaved)")
+    parser.add_argument("--settle-s", type=float, default=0.3, help="pause after each action")
+    parser.add_argument("--no-warmup", action="store_true")
+    parser.add_argument("--hand", help=argparse.SUPPRESS)  # one by-hand episode (subprocess)
+    args = parser.parse_args()
+    if args.hand:
+        hand_main(args.hand, args.settle_s)
+        return
+    kinds = [k for k in args.kinds.split(",") if k]
+    ns = [int(x) for x in args.n.split(",") if x]
+    hand_ns = [int(x) for x in args.hand_n.split(",") if x]
+    run(kinds, ns, hand_ns, args.reps, args.settle_s, not args.no_warmup)
+
+
+def run(
+    kinds: list[str], ns: list[int], hand_ns: list[int], reps: int, settle_s: float,
+    warmup: bool = True, out: Callable[[Round], None] = print_round,
+) -> list[Round]:  # fmt: skip
+    """The whole bench; prints as it goes and returns every round."""
+    import ray
+
+    from actors.harness_pod import HarnessPod
+    from forge.cluster import init_ray
+    from forge.config import PolicyConfig
+    from forge.sandboxes.bwrap import require_bwrap
+    from serve.policy import deploy_policy
+
+    require_bwrap()  # the episodes run isolated, as in a training run
+    init_ray()
+    policy = deploy_policy(
+        PolicyConfig(engine={"name": "scripted", "mode": "oracle"}, num_cpus=0.1), "bench-gui"
+    )
+    width = max([*ns, 1])
+    pods = [
+        ray.remote(HarnessPod).options(num_cpus=0.01).remote(policy, pod_id=f"gui-{i}")
+        for i in range(width)
+    ]
+    ray.get([p.start.remote() for p in pods])
+    pids = ray.get([p.__ray_call__.remote(lambda self: os.getpid()) for p in pods])
+    load = os.getloadavg()
+    print(
+        f"{psutil.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB, load "
+        f"average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the start; settle {settle_s:g} s"
+    )
+    print(
+        "kind      N way           wall s  eps/min pass   PSS max PSS med RSS max  all PSS "
+        " step ms\n" + " " * 45 + "(MiB per sandbox)        (MiB)  (median)"
+    )
+    rounds: list[Round] = []
+    try:
+        for kind in kinds:
+            if warmup:  # first starts read Chromium and the X programs from disk
+                stack_round(pods, pids, kind, 1, settle_s)
+                hand_round(kind, 1, settle_s)
+            for _ in range(reps):
+                for r in (
+                    stack_round(pods, pids, kind, 1, settle_s),
+                    hand_round(kind, 1, settle_s),
+                ):
+                    out(r)
+                    rounds.append(r)
+            for n in sorted(set(ns) | set(hand_ns)):
+                if n == 1:
+                    continue
+                if n in ns:
+                    rounds.append(stack_round(pods, pids, kind, n, settle_s))
+                    out(rounds[-1])
+                if n in hand_ns:
+                    rounds.append(hand_round(kind, n, settle_s))
+                    out(rounds[-1])
+        print()
+        for kind in kinds:
+            ones = [r for r in rounds if r.kind == kind and r.n == 1]
+            print_split(kind, [r for r in ones if r.way == "OpenForge"],
+                        [r for r in ones if r.way == "by hand"])  # fmt: skip
+        load = os.getloadavg()
+        print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the end")
+    finally:
+        ray.get([p.stop.remote() for p in pods])
+        for p in pods:
+            ray.kill(p)
+    return rounds
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    main()
