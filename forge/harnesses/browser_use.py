@@ -16,17 +16,31 @@ PACKAGE = "/opt/forge/browser-use"  # the installed package folder, on PYTHONPAT
 
 class BrowserUseHarness:
     """Runs ``browser_use_runner.py`` with the ``browser-use`` package (``forge harness install
-    browser-use``). browser-use asks for structured output (``response_format`` json_schema) and
-    addresses elements by DOM index, so the scripted oracle cannot play GUI reference solutions
-    through it; a real policy needs guided decoding for its JSON (see docs/browser_harness.md).
+    browser-use``). browser-use asks for structured output (``response_format`` json_schema),
+    which the scripted oracle answers in kind (:mod:`serve.engines.scripted_browser_use`); a
+    real policy needs guided decoding for its JSON (see docs/browser_harness.md).
+
+    ``coordinate_clicking`` (default True) turns on browser-use's coordinate form of ``click``
+    (``coordinate_x``, ``coordinate_y`` in viewport pixels) beside its element indices: the
+    action space of the other GUI harnesses, and what GUI reference solutions are written in.
     """
 
     name = "browser-use"
     protocol = "chat"
 
-    def __init__(self, python: str = "python3", temperature: float | None = None) -> None:
+    def __init__(
+        self,
+        python: str = "python3",
+        temperature: float | None = None,
+        coordinate_clicking: bool = True,
+    ) -> None:
+        if not isinstance(coordinate_clicking, bool):
+            raise ValueError(
+                f"harness_options.coordinate_clicking: {coordinate_clicking!r} is not true or false"
+            )
         self.python = python
         self.temperature = temperature
+        self.coordinate_clicking = coordinate_clicking
 
     def ro_mounts(self) -> dict[str, str]:
         return {str(PACKAGES["browser-use"].require()): PACKAGE, RUNNER_HOST: RUNNER}
@@ -36,7 +50,8 @@ class BrowserUseHarness:
 
     def env(self, ctx: AttemptContext) -> dict[str, str]:
         env = agent_env(ctx, temperature=self.temperature)
-        return {**env, "PYTHONPATH": ctx.path(PACKAGE)}
+        clicks = "1" if self.coordinate_clicking else "0"
+        return {**env, "PYTHONPATH": ctx.path(PACKAGE), "FORGE_COORDINATE_CLICKING": clicks}
 
     def command(self, ctx: AttemptContext) -> list[str]:
         return [self.python, ctx.path(RUNNER), ctx.instruction]

@@ -3,9 +3,12 @@ harness program, inside the sandbox with the package's folder on PYTHONPATH.
 
 Configuration from the environment, as for ``browser_agent.py``: OPENAI_BASE_URL, OPENAI_API_KEY,
 FORGE_MODEL, FORGE_MAX_TURNS (browser-use's max_steps), FORGE_START_URL, FORGE_SCREEN,
-optional FORGE_TEMPERATURE, FORGE_CHROMIUM. Offline defaults: no extension download, no judge
-call after ``done``, no telemetry or cloud sync. The instruction is argv[1]. The last stdout
-line is JSON: {"final_answer", "turns", "stop"} (stop: done | max_turns | error).
+optional FORGE_TEMPERATURE, FORGE_CHROMIUM, FORGE_COORDINATE_CLICKING (1 by default: the
+``click`` action takes viewport coordinates as well as element indices, browser-use's own
+switch, which it turns on by itself only for a few hosted models). Offline defaults: no
+extension download, no judge call after ``done``, no telemetry or cloud sync. The instruction
+is argv[1]. The last stdout line is JSON: {"final_answer", "turns", "stop"} (stop: done |
+max_turns | error).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ CHROMIUM = ("/usr/lib/chromium/chromium", "/usr/bin/chromium", "/usr/bin/google-
 
 
 async def run(instruction: str, env: dict[str, str]) -> dict[str, object]:
-    from browser_use import Agent, BrowserProfile, BrowserSession, ChatOpenAI
+    from browser_use import Agent, BrowserProfile, BrowserSession, ChatOpenAI, Tools
 
     width, height = (int(v) for v in env.get("FORGE_SCREEN", "640x480").split("x"))
     chromium = env.get("FORGE_CHROMIUM") or next((c for c in CHROMIUM if os.path.exists(c)), None)
@@ -44,9 +47,12 @@ async def run(instruction: str, env: dict[str, str]) -> dict[str, object]:
         args=["--disable-dev-shm-usage", "--disable-gpu", "--no-proxy-server"],
     )
     start = env.get("FORGE_START_URL")
+    tools = Tools(exclude_actions=["screenshot"])  # what Agent builds itself with use_vision=True
+    tools.set_coordinate_clicking(env.get("FORGE_COORDINATE_CLICKING", "1") == "1")
     agent = Agent(
         task=instruction,
         llm=llm,
+        tools=tools,
         browser_session=BrowserSession(browser_profile=profile),
         initial_actions=[{"navigate": {"url": start}}] if start else None,
         use_vision=True,

@@ -29,6 +29,7 @@ from typing import Any
 from forge.types import ChatRequest, Message, Tool, ToolCall
 from serve.chat_template import render_assistant
 from serve.engines.base import EngineOutput, EngineRequest
+from serve.engines.scripted_browser_use import browser_use_reply, is_browser_use
 from serve.engines.scripted_gui import gui_call, is_gui_step
 from serve.engines.scripted_tools import (
     DEFAULT_WORKSPACE,
@@ -156,6 +157,8 @@ def _failed(call: ToolCall, result: Message | None, writer: Writer | None) -> bo
 
 def next_action(chat: ChatRequest, mode: str = "oracle") -> str:
     """The completion text for this point of the conversation."""
+    if is_browser_use(chat):  # browser-use's own JSON (AgentOutput), not tool calls
+        return browser_use_reply(chat, mode, NOOP_ANSWER)
     script = chat.script or {}
     steps = list(script.get("steps") or [])
     answer = script.get("answer") or "Done."
