@@ -72,7 +72,7 @@ class PodPool:
         try:
             actor = (
                 ray.remote(self.pod_cls)
-                .options(num_cpus=self.rollout.pod_num_cpus, max_concurrency=1000)
+                .options(**self.config.actor_options("harness_pod"), max_concurrency=1000)
                 .remote(
                     self.policy,
                     pod_id=name,

@@ -9,6 +9,10 @@ import yaml
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 # the sandbox sections live beside this module; they are part of this config
+from forge.config_placement import ActorKind as ActorKind
+from forge.config_placement import ActorPlacement as ActorPlacement
+from forge.config_placement import PlacementConfig as PlacementConfig
+from forge.config_placement import PodPlacement as PodPlacement
 from forge.config_sandbox import KubernetesConfig as KubernetesConfig
 from forge.config_sandbox import SandboxConfig as SandboxConfig
 from forge.config_sandbox import Strict as _Strict
@@ -258,6 +262,11 @@ class RunConfig(_Strict):
         default_factory=WeightSyncConfig,
         description="How new weights travel from the trainer to the Policy replicas.",
     )
+    placement: PlacementConfig = Field(
+        default_factory=PlacementConfig,
+        description="Where each kind of actor goes on a cluster: CPUs, GPUs, custom resources "
+        "and node labels per actor (defaults: as a run on one machine asks).",
+    )
     steps: int = Field(20, ge=0, description="Trainer steps to run.")
     eval_every: int = Field(0, ge=0, description="Evaluate every k steps (0: never).")
     eval_tasks: str | None = Field(
@@ -314,6 +323,23 @@ class RunConfig(_Strict):
     @property
     def run_dir(self) -> Path:
         return Path(self.runs_dir) / self.name
+
+    def actor_options(self, kind: ActorKind) -> dict[str, Any]:
+        """The Ray options of one actor of ``kind``: ``placement.<kind>`` over the kind's
+        default CPUs and GPUs (the Policy's: ``policy.num_cpus``/``num_gpus``; a HarnessPod's:
+        ``rollout.pod_num_cpus``; the Trainer's: 1 CPU; the Scheduler's and ReplayBuffer's:
+        none)."""
+        defaults = {
+            "policy": (self.policy.num_cpus, self.policy.num_gpus),
+            "trainer": (1.0, 0.0),
+            "harness_pod": (self.rollout.pod_num_cpus, 0.0),
+            "scheduler": (0.0, 0.0),
+            "replay_buffer": (0.0, 0.0),
+        }
+        if kind not in defaults:
+            raise ValueError(f"placement: unknown actor kind {kind!r}; known: {list(defaults)}")
+        placement: ActorPlacement = getattr(self.placement, kind)
+        return placement.ray_options(*defaults[kind])
 
 
 class ConfigError(ValueError):

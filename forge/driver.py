@@ -24,10 +24,12 @@ from typing import Any
 
 import ray
 import yaml
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from forge import metrics
 from forge.cluster import init_ray
 from forge.config import RunConfig
+from forge.config_placement import unplaceable
 from forge.episode_images import write_images
 from forge.harnesses import require
 from forge.harnesses.install import HarnessNotInstalled
@@ -38,6 +40,7 @@ from tasks.loader import TaskError, load_suite
 log = logging.getLogger(__name__)
 STATE_FILE = "trainer_state.json"
 RUN_STATE_FILE = "run_state.json"  # the driver's part of a checkpoint: the task cursor
+KINDS = ("policy", "trainer", "harness_pod", "scheduler", "replay_buffer")  # placement's
 
 
 class CollectionStalled(RuntimeError):
@@ -67,8 +70,18 @@ class Run:
         for t in self.tasks + self.eval_tasks:
             t["limits"].update(config.task_limits)
         r = config.rollout
-        needed = config.policy.replicas * config.policy.num_cpus + 2 + r.max_pods * r.pod_num_cpus
+        placed = {kind: config.actor_options(kind) for kind in KINDS}
+        needed = (
+            config.policy.replicas * placed["policy"]["num_cpus"]
+            + placed["trainer"]["num_cpus"]
+            + placed["scheduler"]["num_cpus"]
+            + placed["replay_buffer"]["num_cpus"]
+            + 1
+            + r.max_pods * placed["harness_pod"]["num_cpus"]
+        )
         mode = init_ray(num_cpus=max(os.cpu_count() or 1, int(needed) + 1))
+        for line in unplaceable(placed, ray.nodes()):  # the autoscaler may add such a node
+            print(f"[forge] warning: {line}", file=sys.stderr, flush=True)
         reaped = reap_sandboxes(config.sandbox, config.name)
         self.reconciler: Any = None  # kubernetes: reaps orphaned pods while the run lasts
         if config.sandbox.backend == "kubernetes":
@@ -87,10 +100,19 @@ class Run:
         from serve.weight_sync import WeightStore, make_weight_sync
 
         store_name = f"forge-weights-{config.name}-{uuid.uuid4().hex[:6]}"
-        store = ray.remote(WeightStore).options(name=store_name, num_cpus=0).remote()
+        # The store holds the newest weights for replicas that start later: it lives and dies
+        # with the driver, on the driver's node.
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        store = (
+            ray.remote(WeightStore)
+            .options(name=store_name, num_cpus=0, scheduling_strategy=here)
+            .remote()
+        )
         policy_config = config.policy.model_copy(update={"weight_store": store_name})
         t0 = time.perf_counter()
-        self.policy = deploy_policy(policy_config, app_name="forge-policy")
+        self.policy = deploy_policy(
+            policy_config, app_name="forge-policy", placement=config.placement.policy
+        )
         print(
             f"[forge] Policy ready: {config.policy.replicas} replica(s) of "
             f"{config.policy.engine.name}:{config.policy.engine.model} "
@@ -102,12 +124,12 @@ class Run:
         )
         self.buffer = (
             ray.remote(ReplayBuffer)
-            .options(num_cpus=0)
+            .options(**placed["replay_buffer"])
             .remote(str(self.dir), r.buffer_capacity, r.max_staleness)
         )
         self.trainer = (
             ray.remote(Trainer)
-            .options(num_cpus=1)
+            .options(**placed["trainer"])
             .remote(
                 config.trainer.model_dump(),
                 model=config.policy.engine.model,
@@ -126,7 +148,7 @@ class Run:
                 cursor = int(json.loads(state_file.read_text())["cursor"])
         self.scheduler = (
             ray.remote(Scheduler)
-            .options(num_cpus=0)
+            .options(**placed["scheduler"])
             .remote(config.model_dump(), self.policy, self.buffer, self.tasks, cursor=cursor)
         )
         if ckpt is not None:

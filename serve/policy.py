@@ -35,7 +35,7 @@ from typing import Any
 
 from ray import serve
 
-from forge.config import PolicyConfig
+from forge.config import ActorPlacement, PolicyConfig
 from forge.types import ChatRequest, Completion
 from serve.batching import MicroBatcher
 from serve.chat_template import ParsedText, parse_completion, render
@@ -290,9 +290,12 @@ def ray_version() -> str:
     return ray.__version__
 
 
-def policy_app(config: PolicyConfig) -> Any:
-    """The Serve application for ``config``: ``serve.run(policy_app(cfg), name="policy")``."""
-    actor: dict[str, Any] = {"num_cpus": config.num_cpus, "num_gpus": config.num_gpus}
+def policy_app(config: PolicyConfig, placement: ActorPlacement | None = None) -> Any:
+    """The Serve application for ``config``: ``serve.run(policy_app(cfg), name="policy")``.
+    ``placement`` (a run's ``placement.policy``) adds resources and node labels to each
+    replica and may replace its CPUs and GPUs."""
+    placement = placement or ActorPlacement()
+    actor = placement.ray_options(config.num_cpus, config.num_gpus)
     if config.engine.name == "vllm":
         actor["runtime_env"] = vllm_runtime_env()
     deployment = serve.deployment(Policy).options(
@@ -305,10 +308,13 @@ def policy_app(config: PolicyConfig) -> Any:
     return deployment.bind(config.model_dump())
 
 
-def deploy_policy(config: PolicyConfig, app_name: str = "policy") -> Any:
-    """Deploy the Policy on the connected Ray cluster (no HTTP ingress) and return its handle."""
+def deploy_policy(
+    config: PolicyConfig, app_name: str = "policy", placement: ActorPlacement | None = None
+) -> Any:
+    """Deploy the Policy on the connected Ray cluster (no HTTP ingress) and return its handle;
+    ``placement``: where its replicas go (see :func:`policy_app`)."""
     serve.start(proxy_location="Disabled")
-    return serve.run(policy_app(config), name=app_name, route_prefix=None)
+    return serve.run(policy_app(config, placement), name=app_name, route_prefix=None)
 
 
 class LocalHandle:
