@@ -46,6 +46,14 @@ def test_env_points_browser_use_at_the_attempt() -> None:
     assert env["OPENAI_BASE_URL"] == ctx.base_url and env["OPENAI_API_KEY"] == "key-1"
     assert env["FORGE_START_URL"] == "http://127.0.0.1:8000/" and env["FORGE_SCREEN"] == "800x600"
     assert env["FORGE_TEMPERATURE"] == "0.3" and env["PYTHONPATH"] == "/opt/forge/browser-use"
+    assert env["FORGE_COORDINATE_CLICKING"] == "1"  # the GUI suites' clicks are coordinates
+    off = get_harness("browser-use", coordinate_clicking=False).env(ctx)
+    assert off["FORGE_COORDINATE_CLICKING"] == "0"
+
+
+def test_coordinate_clicking_must_be_a_bool() -> None:
+    with pytest.raises(ValueError, match="coordinate_clicking"):
+        get_harness("browser-use", coordinate_clicking="yes")
 
 
 @pytest.mark.slow
