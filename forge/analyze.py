@@ -13,6 +13,12 @@ that produced episodes:
 The tool results come from the next request's history (chat ``tool`` messages, Responses
 ``function_call_output`` items, Anthropic ``tool_result`` blocks). Errors are recognised by
 their text (exit codes, "error", "No such file", tracebacks): a heuristic, stated as such.
+
+GUI episodes (screenshots, or the GUI tools offered: :func:`forge.analyze_gui.is_gui_episode`)
+are rated apart, under ``gui`` (action types, clicks that changed nothing, recovery, steps, done
+share: :mod:`forge.analyze_gui`); ``versions`` holds the rates above over the other episodes.
+``RUN_DIR`` is a run directory (``episodes/episodes.jsonl``) or one agent's folder of a
+``forge eval`` output (``episodes.jsonl``).
 """
 
 from __future__ import annotations
@@ -133,22 +139,43 @@ def _rates(episodes: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def episodes_file(run_dir: Path) -> Path:
+    """Where ``run_dir`` keeps its episode records: the ``episodes.jsonl`` of one agent's
+    folder in a ``forge eval`` output (its ``episodes/`` holds the buffer's files, without the
+    episodes), else a run's ``episodes/episodes.jsonl``."""
+    for path in (run_dir / "episodes.jsonl", run_dir / "episodes" / "episodes.jsonl"):
+        if path.exists():
+            return path
+    agents = sorted(p.parent.name for p in run_dir.glob("*/episodes.jsonl"))
+    hint = f" (a forge eval output: give one agent's folder: {', '.join(agents)})" if agents else ""
+    raise FileNotFoundError(
+        f"{run_dir / 'episodes' / 'episodes.jsonl'}: no recorded episodes "
+        f"(is {run_dir} a run directory?){hint}"
+    )
+
+
 def analyze(run_dir: Path) -> dict[str, Any]:
-    """Behaviour per policy version over ``RUN_DIR/episodes/episodes.jsonl``."""
-    path = run_dir / "episodes" / "episodes.jsonl"
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no recorded episodes (is {run_dir} a run directory?)")
+    """Behaviour per policy version over ``RUN_DIR``'s recorded episodes: the text rates under
+    ``versions``, the GUI rates under ``gui``."""
+    from forge.analyze_gui import gui_rates, is_gui_episode
+
     by_version: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for line in path.read_text().splitlines():
+    gui_by_version: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for line in episodes_file(run_dir).read_text().splitlines():
         if not line.strip():
             continue
         ep = json.loads(line)
         versions = [t.get("policy_version", 0) for t in ep.get("turns") or []]
-        by_version[max(versions, default=0)].append(ep)
-    return {"versions": {str(v): _rates(eps) for v, eps in sorted(by_version.items())}}
+        (gui_by_version if is_gui_episode(ep) else by_version)[max(versions, default=0)].append(ep)
+    return {
+        "versions": {str(v): _rates(eps) for v, eps in sorted(by_version.items())},
+        "gui": {str(v): gui_rates(eps) for v, eps in sorted(gui_by_version.items())},
+    }
 
 
 def table(report: dict[str, Any]) -> str:
+    from forge.analyze_gui import gui_table
+
     def fmt(x: float | None) -> str:
         return "-" if x is None else f"{x:.2f}"
 
@@ -161,4 +188,7 @@ def table(report: dict[str, Any]) -> str:
             f"| {v} | {r['episodes']} | {r['reward_mean']:.2f} | {fmt(r['shell_share'])} | "
             f"{fmt(r['self_verify'])} | {fmt(r['tool_coverage'])} | {fmt(r['error_recovery'])} |"
         )
-    return "\n".join(lines)
+    if not report.get("gui"):
+        return "\n".join(lines)
+    gui = gui_table(report)
+    return gui if not report["versions"] else "\n".join(lines) + "\n\n" + gui
