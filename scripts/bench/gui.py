@@ -66,6 +66,7 @@ from tasks.schema import GuiAction
 
 TASKS = {"browser": ("web", "booking_tuesday_ten"), "desktop": ("desktop", "xedit_append_item")}
 MIB = 2**20
+SAMPLE_S = 0.5  # how often memory is sampled
 
 
 def load_task(kind: str) -> Task:
@@ -80,15 +81,14 @@ def steps_of(task: Task) -> list[dict[str, Any]]:
 # -- memory ----------------------------------------------------------------------------------
 
 
-def tree_memory(root: psutil.Process) -> tuple[int, int, bool]:
-    """(RSS, PSS, whether every PSS was readable) of ``root`` and all its descendants, in bytes.
-    A process whose smaps_rollup cannot be read counts its RSS as its PSS."""
+def tree_memory(root: psutil.Process, unread: set[str], below: bool = True) -> tuple[int, int]:
+    """(RSS, PSS) in bytes of ``root`` and (``below``) all its descendants. A process whose
+    smaps_rollup cannot be read counts its RSS as its PSS, and its name goes into ``unread``."""
     rss = pss = 0
-    exact = True
     try:
-        members = [root, *root.children(recursive=True)]
+        members = [root, *root.children(recursive=True)] if below else [root]
     except psutil.Error:
-        return 0, 0, True
+        return 0, 0
     for proc in members:
         try:
             with open(f"/proc/{proc.pid}/smaps_rollup") as f:
@@ -97,11 +97,13 @@ def tree_memory(root: psutil.Process) -> tuple[int, int, bool]:
             pss += int(fields["Pss"].split()[0]) * 1024
         except (OSError, KeyError, ValueError):
             try:
-                r = proc.memory_info().rss
+                r, name = proc.memory_info().rss, proc.name()
             except psutil.Error:
                 continue  # gone meanwhile
-            rss, pss, exact = rss + r, pss + r, False
-    return rss, pss, exact
+            rss, pss = rss + r, pss + r
+            if r:  # not a process that was exiting (an empty smaps_rollup)
+                unread.add(name)
+    return rss, pss
 
 
 def sandbox_roots(actor_pid: int) -> list[psutil.Process]:
@@ -123,13 +125,15 @@ class MemoryWatch:
     """Samples ``groups()`` (group name -> root processes) every ``every_s``; keeps each
     group's peak (its roots' trees summed) and the peak of all groups together."""
 
-    def __init__(self, groups: Callable[[], dict[Any, list[psutil.Process]]], every_s: float = 0.5):
+    def __init__(
+        self, groups: Callable[[], dict[Any, list[psutil.Process]]], every_s: float | None = None
+    ):
         self.groups = groups
-        self.every_s = every_s
+        self.every_s = every_s or SAMPLE_S
         self.peak_pss: dict[Any, int] = {}
         self.peak_rss: dict[Any, int] = {}
         self.all_pss = 0
-        self.exact = True
+        self.unread: set[str] = set()  # processes whose PSS was taken as their RSS
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -138,8 +142,8 @@ class MemoryWatch:
         for name, roots in self.groups().items():
             rss = pss = 0
             for root in roots:
-                r, p, exact = tree_memory(root)
-                rss, pss, self.exact = rss + r, pss + p, self.exact and exact
+                r, p = tree_memory(root, self.unread)
+                rss, pss = rss + r, pss + p
             self.peak_pss[name] = max(self.peak_pss.get(name, 0), pss)
             self.peak_rss[name] = max(self.peak_rss.get(name, 0), rss)
             total += pss
@@ -305,19 +309,13 @@ class Round:
     peak_pss: list[int] = field(default_factory=list)  # per sandbox / per by-hand tree
     peak_rss: list[int] = field(default_factory=list)
     all_pss: int = 0
-    pss_exact: bool = True
+    unread: set[str] = field(default_factory=set)
 
 
 def hand_round(kind: str, n: int, settle_s: float) -> Round:
     r = Round(kind, "by hand", n)
-    argv = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "--hand",
-        kind,
-        "--settle-s",
-        str(settle_s),
-    ]
+    argv = [sys.executable, str(Path(__file__).resolve()), "--hand", kind]
+    argv += ["--settle-s", str(settle_s)]
     t0 = time.perf_counter()
     procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) for _ in range(n)]
     live = {p.pid: [psutil.Process(p.pid)] for p in procs}
@@ -335,7 +333,7 @@ def hand_round(kind: str, n: int, settle_s: float) -> Round:
         r.total_s.append(rec["total"])
         r.step_parts += rec["steps"]
     r.peak_pss, r.peak_rss = list(mem.peak_pss.values()), list(mem.peak_rss.values())
-    r.all_pss, r.pss_exact = mem.all_pss, mem.exact
+    r.all_pss, r.unread = mem.all_pss, mem.unread
     return r
 
 
@@ -375,7 +373,7 @@ def stack_round(pods: list[Any], pids: list[int], kind: str, n: int, settle_s: f
         r.total_s.append(t_end - t0)
     r.peak_pss = [v for v in mem.peak_pss.values() if v]
     r.peak_rss = [v for v in mem.peak_rss.values() if v]
-    r.all_pss, r.pss_exact = mem.all_pss, mem.exact
+    r.all_pss, r.unread = mem.all_pss, mem.unread
     return r
 
 
@@ -386,46 +384,60 @@ def med(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
-def col(parts: list[list[float]], i: int) -> float:
-    return med([p[i] for p in parts]) * 1000
+def ms(parts: list[list[float]], i: int | None = None) -> str:
+    """The median (ms) of column ``i`` of per-step parts, or of their sums."""
+    return f"{med([p[i] if i is not None else sum(p) for p in parts]) * 1000:5.0f}"
+
+
+HEADER = (
+    "kind      N way        wall s eps/min pass  PSS max PSS med RSS max  all PSS step ms\n"
+    "                                          (MiB per sandbox)       (MiB)   (median)"
+)
 
 
 def print_round(r: Round) -> None:
-    step = med([sum(p) for p in r.step_parts]) * 1000
-    fails = f"  failed: {', '.join(r.failures)}" if r.failures else ""
+    notes = [f"failed: {', '.join(r.failures)}"] if r.failures else []
+    if r.unread:
+        notes.append(f"RSS for PSS of {', '.join(sorted(r.unread))}")
     print(
-        f"{r.kind:8s} {r.n:2d} {r.way:10s} {r.wall_s:7.1f} {60 * r.n / r.wall_s:8.1f} "
+        f"{r.kind:8s} {r.n:2d} {r.way:9s} {r.wall_s:7.1f} {60 * r.n / r.wall_s:7.1f} "
         f"{r.passed:2d}/{r.n:<2d} {max(r.peak_pss, default=0) / MIB:7.0f} "
         f"{med(r.peak_pss) / MIB:7.0f} {max(r.peak_rss, default=0) / MIB:7.0f} "
-        f"{r.all_pss / MIB:8.0f} {step:8.0f}{'' if r.pss_exact else ' (some PSS as RSS)'}{fails}",
+        f"{r.all_pss / MIB:8.0f} {ms(r.step_parts):>7s}  {'; '.join(notes)}",
         flush=True,
     )
 
 
-def print_split(kind: str, stack: list[Round], hand: list[Round]) -> None:
-    """The N=1 episodes' medians: start-up, per-step parts, end, and the whole episode."""
-    s = Round(kind, "OpenForge", 1)
-    h = Round(kind, "by hand", 1)
-    for agg, rounds in ((s, stack), (h, hand)):
-        for r in rounds:
-            agg.start_s += r.start_s
-            agg.end_s += r.end_s
-            agg.total_s += r.total_s
-            agg.step_parts += r.step_parts
-    ms = 1000
+def print_split(kind: str, rounds: list[Round]) -> None:
+    """Medians over the N=1 rounds: start-up, the parts of a step, end, the whole episode."""
+    ways = {}
+    for way in ("OpenForge", "by hand"):
+        of = [r for r in rounds if r.way == way]
+        ways[way] = (
+            [x for r in of for x in r.start_s], [p for r in of for p in r.step_parts],
+            [x for r in of for x in r.end_s], [x for r in of for x in r.total_s],
+        )  # fmt: skip
+    (start, parts, end, total), (h_start, h_parts, h_end, h_total) = ways.values()
     print(
-        f"{kind:8s} OpenForge  start-up {med(s.start_s) * ms:6.0f} ms; per step: policy round "
-        f"trip {col(s.step_parts, 0):5.0f} + harness side {col(s.step_parts, 1):5.0f} ms; "
-        f"end {med(s.end_s) * ms:5.0f} ms; episode {med(s.total_s):5.2f} s "
-        f"({len(s.total_s)} episodes, {len(s.step_parts)} steps)"
+        f"{kind:8s} OpenForge start-up {med(start) * 1000:5.0f} ms | per step {ms(parts)} ms: "
+        f"policy round trip {ms(parts, 0)} + harness side {ms(parts, 1)} | end "
+        f"{med(end) * 1000:5.0f} ms | episode {med(total):5.2f} s ({len(total)} episodes)"
     )
     print(
-        f"{kind:8s} by hand    start-up {med(h.start_s) * ms:6.0f} ms; per step: screenshot "
-        f"{col(h.step_parts, 0):4.0f} + encode {col(h.step_parts, 1):3.0f} + action "
-        f"{col(h.step_parts, 2):4.0f} + settle {col(h.step_parts, 3):4.0f} ms; end "
-        f"{med(h.end_s) * ms:5.0f} ms; episode {med(h.total_s):5.2f} s"
+        f"{kind:8s} by hand   start-up {med(h_start) * 1000:5.0f} ms | per step {ms(h_parts)} ms: "
+        f"screenshot {ms(h_parts, 0)} + encode {ms(h_parts, 1)} + action {ms(h_parts, 2)} + "
+        f"settle {ms(h_parts, 3)} | end {med(h_end) * 1000:5.0f} ms | episode "
+        f"{med(h_total):5.2f} s ({len(h_total)} episodes)"
     )
-    print(f"{kind:8s} episode OpenForge / by hand: {med(s.total_s) / med(h.total_s):5.2f}")
+    extra = [
+        med(start) - med(h_start),
+        med([sum(p) for p in parts]) - med([sum(p) for p in h_parts]),
+    ]
+    print(
+        f"{kind:8s} OpenForge / by hand: episode {med(total) / med(h_total):.2f}; OpenForge's "
+        f"extra: start-up {extra[0] * 1000:+.0f} ms, per step {extra[1] * 1000:+.0f} ms, end "
+        f"{(med(end) - med(h_end)) * 1000:+.0f} ms"
+    )
 
 
 def main() -> None:
@@ -447,67 +459,66 @@ def main() -> None:
     run(kinds, ns, hand_ns, args.reps, args.settle_s, not args.no_warmup)
 
 
-def run(
-    kinds: list[str], ns: list[int], hand_ns: list[int], reps: int, settle_s: float,
-    warmup: bool = True, out: Callable[[Round], None] = print_round,
-) -> list[Round]:  # fmt: skip
-    """The whole bench; prints as it goes and returns every round."""
+def start_pods(n: int, app: str = "bench-gui") -> tuple[Any, list[Any], list[int]]:
+    """A scripted-oracle Policy and ``n`` started HarnessPods on it, with their actors' PIDs."""
     import ray
 
     from actors.harness_pod import HarnessPod
-    from forge.cluster import init_ray
     from forge.config import PolicyConfig
-    from forge.sandboxes.bwrap import require_bwrap
     from serve.policy import deploy_policy
+
+    config = PolicyConfig(engine={"name": "scripted", "mode": "oracle"}, num_cpus=0.1)
+    policy = deploy_policy(config, app)
+    pod = ray.remote(HarnessPod).options(num_cpus=0.01)
+    pods = [pod.remote(policy, pod_id=f"{app}-{i}") for i in range(n)]
+    ray.get([p.start.remote() for p in pods])
+    pids = ray.get([p.__ray_call__.remote(lambda self: os.getpid()) for p in pods])
+    return policy, pods, pids
+
+
+def run(
+    kinds: list[str], ns: list[int], hand_ns: list[int], reps: int, settle_s: float, warmup: bool
+) -> list[Round]:
+    """The whole bench; prints as it goes and returns every round."""
+    import ray
+
+    from forge.cluster import init_ray
+    from forge.sandboxes.bwrap import require_bwrap
 
     require_bwrap()  # the episodes run isolated, as in a training run
     init_ray()
-    policy = deploy_policy(
-        PolicyConfig(engine={"name": "scripted", "mode": "oracle"}, num_cpus=0.1), "bench-gui"
-    )
-    width = max([*ns, 1])
-    pods = [
-        ray.remote(HarnessPod).options(num_cpus=0.01).remote(policy, pod_id=f"gui-{i}")
-        for i in range(width)
-    ]
-    ray.get([p.start.remote() for p in pods])
-    pids = ray.get([p.__ray_call__.remote(lambda self: os.getpid()) for p in pods])
+    _, pods, pids = start_pods(max([*ns, 1]))
+    pod_pss = med([tree_memory(psutil.Process(pid), set(), below=False)[1] for pid in pids])
     load = os.getloadavg()
     print(
         f"{psutil.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB, load "
-        f"average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the start; settle {settle_s:g} s"
+        f"average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the start; settle {settle_s:g} s; "
+        f"a HarnessPod's own process (proxy, not in the columns below): PSS {pod_pss / MIB:.0f} MiB"
     )
-    print(
-        "kind      N way           wall s  eps/min pass   PSS max PSS med RSS max  all PSS "
-        " step ms\n" + " " * 45 + "(MiB per sandbox)        (MiB)  (median)"
-    )
+    print(HEADER)
     rounds: list[Round] = []
+
+    def add(r: Round) -> None:
+        print_round(r)
+        rounds.append(r)
+
     try:
         for kind in kinds:
             if warmup:  # first starts read Chromium and the X programs from disk
                 stack_round(pods, pids, kind, 1, settle_s)
                 hand_round(kind, 1, settle_s)
-            for _ in range(reps):
-                for r in (
-                    stack_round(pods, pids, kind, 1, settle_s),
-                    hand_round(kind, 1, settle_s),
-                ):
-                    out(r)
-                    rounds.append(r)
-            for n in sorted(set(ns) | set(hand_ns)):
-                if n == 1:
-                    continue
+            for _ in range(reps if 1 in ns else 0):
+                add(stack_round(pods, pids, kind, 1, settle_s))
+                if 1 in hand_ns:
+                    add(hand_round(kind, 1, settle_s))
+            for n in sorted({*ns, *hand_ns} - {1}):
                 if n in ns:
-                    rounds.append(stack_round(pods, pids, kind, n, settle_s))
-                    out(rounds[-1])
+                    add(stack_round(pods, pids, kind, n, settle_s))
                 if n in hand_ns:
-                    rounds.append(hand_round(kind, n, settle_s))
-                    out(rounds[-1])
+                    add(hand_round(kind, n, settle_s))
         print()
         for kind in kinds:
-            ones = [r for r in rounds if r.kind == kind and r.n == 1]
-            print_split(kind, [r for r in ones if r.way == "OpenForge"],
-                        [r for r in ones if r.way == "by hand"])  # fmt: skip
+            print_split(kind, [r for r in rounds if r.kind == kind and r.n == 1])
         load = os.getloadavg()
         print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the end")
     finally:
