@@ -7,6 +7,10 @@
 ``openforge/base:<suite>-<digest>``
     the rootfs plus the sandbox agent at ``/opt/forge/agent`` and the fixed layout
     (``/workspace``, ``/home/agent``, ``/run/forge``). The verifier's sandboxes use it.
+``openforge/rootfs:<suite>-gui-<digest>``, ``openforge/gui:<suite>-<digest>``
+    the same two with :data:`GUI_PACKAGES` (Chromium, Xvfb, openbox, X applications) installed
+    into the plain root filesystem by ``apt-get`` in a chroot; the GUI harnesses
+    (:data:`GUI_HARNESSES`) build on ``openforge/gui`` instead of ``openforge/base``.
 ``openforge/<harness>:<version>-<base digest>``
     the base plus the harness's files copied to the same sandbox paths its ``ro_mounts()`` names,
     so adapters work unchanged. ``openforge/<harness>:<version>`` names the newest build too.
@@ -51,6 +55,19 @@ PACKAGES = (  # what harnesses, tasks' solutions and verifiers use, beyond minba
     "less",
     "bc",
 )
+GUI_PACKAGES = (  # the browser and desktop harnesses and their tasks' X applications
+    "chromium",
+    "xvfb",
+    "openbox",
+    "xdotool",
+    "x11-apps",  # xedit, xcalc
+    "x11-utils",  # xmessage, xprop (the services launcher's window-manager probe)
+    "stterm",
+    "imagemagick",  # import: the desktop harness's screenshots
+    "fonts-dejavu-core",
+)
+GUI_HARNESSES = frozenset({"browser", "desktop", "browser-use"})
+"""Harnesses whose images build on ``openforge/gui`` (Chromium or an X display inside)."""
 TRIM = ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man")
 TRIM += ("usr/share/info", "usr/share/locale")
 REPO = "openforge"
@@ -76,11 +93,18 @@ def _agent_tree() -> dict[str, bytes]:
     return agent_tree()
 
 
-def rootfs_tag() -> str:
-    return f"{REPO}/rootfs:{SUITE}-{_digest(SUITE, *PACKAGES, *TRIM)[:12]}"
+def rootfs_tag(gui: bool = False) -> str:
+    """The root filesystem's tag; ``gui``: the one with :data:`GUI_PACKAGES` too."""
+    plain = f"{REPO}/rootfs:{SUITE}-{_digest(SUITE, *PACKAGES, *TRIM)[:12]}"
+    if not gui:
+        return plain
+    return f"{REPO}/rootfs:{SUITE}-gui-{_digest(plain, _GUI_APT, *GUI_PACKAGES)[:12]}"
 
 
-def _base_dockerfile(rootfs: str) -> str:
+_GUI_APT = "apt-get install -y --no-install-recommends"  # part of the gui rootfs's digest
+
+
+def _base_dockerfile(rootfs: str, gui: bool = False) -> str:
     env = " ".join(f"{k}={v}" for k, v in ENV.items())
     return (
         f"FROM {rootfs}\n"
@@ -88,15 +112,21 @@ def _base_dockerfile(rootfs: str) -> str:
         f"COPY agent/ {AGENT_DIR}/\n"
         f"ENV {env}\n"
         "WORKDIR /workspace\n"
-        f'LABEL openforge.image="base" openforge.rootfs="{rootfs}"\n'
+        f'LABEL openforge.image="{"gui" if gui else "base"}" openforge.rootfs="{rootfs}"\n'
     )
 
 
-def base_tag() -> str:
+def base_tag(gui: bool = False) -> str:
+    """``openforge/base:...``, or with ``gui`` ``openforge/gui:...`` (the GUI harnesses' base)."""
     tree = _agent_tree()
     files = [f"{k}\0".encode() + tree[k] for k in sorted(tree)]
-    version = _digest(_base_dockerfile(rootfs_tag()), *files)[:12]
-    return f"{REPO}/base:{SUITE}-{version}"
+    version = _digest(_base_dockerfile(rootfs_tag(gui), gui), *files)[:12]
+    return f"{REPO}/{'gui' if gui else 'base'}:{SUITE}-{version}"
+
+
+def base_for(harness: str | None) -> str:
+    """The base image harness ``harness`` builds on (the gui one for :data:`GUI_HARNESSES`)."""
+    return base_tag(gui=harness in GUI_HARNESSES)
 
 
 def _harness_sources(name: str) -> dict[str, str]:
@@ -107,13 +137,24 @@ def _harness_sources(name: str) -> dict[str, str]:
 
 
 def harness_version(name: str) -> str:
-    """The pinned version of an installable harness; a digest of the files of a built-in one."""
+    """The pinned version of an installable harness; a digest of the files of a built-in one;
+    both for a built-in one that mounts an installed package too (``browser``: its modules and
+    Playwright)."""
     from forge.harnesses.install import PACKAGES as INSTALLABLE
 
-    if name in INSTALLABLE:
-        return INSTALLABLE[name].version
+    pinned = INSTALLABLE.get(name)
+    if pinned is not None and not pinned.installed():
+        return pinned.version
+    sources = _harness_sources(name)
+    if pinned is not None:
+        sources = {h: t for h, t in sources.items() if Path(h) != pinned.folder}
+        return f"{pinned.version}-{_files_digest(sources)}" if sources else pinned.version
+    return _files_digest(sources)
+
+
+def _files_digest(sources: dict[str, str]) -> str:
     parts: list[bytes | str] = []
-    for host, target in sorted(_harness_sources(name).items()):
+    for host, target in sorted(sources.items()):
         p = Path(host)
         files = sorted(p.rglob("*")) if p.is_dir() else [p]
         for f in files:
@@ -123,7 +164,7 @@ def harness_version(name: str) -> str:
 
 
 def harness_tag(name: str, base: str | None = None) -> str:
-    base = base or base_tag()
+    base = base or base_for(name)
     return f"{REPO}/{name}:{harness_version(name)}-{base.rsplit('-', 1)[1]}"
 
 
@@ -133,8 +174,18 @@ def image_for(harness: str | None) -> str:
 
 
 def dockerfile(name: str, base: str = "") -> str:
-    """The Dockerfile-equivalent steps that build image ``name`` ("base" or a harness; ``base``:
-    the base tag to build on, default the current one)."""
+    """The Dockerfile-equivalent steps that build image ``name`` ("base", "gui" or a harness;
+    ``base``: the base tag to build on, default the current one)."""
+    if name == "gui":
+        return (
+            f"# 1. the gui root filesystem ({rootfs_tag(True)}), as root, from the plain one:\n"
+            f"#   tar -C ROOT -xf {rootfs_tag().split(':', 1)[1]}.tar (step 1 of `base`)\n"
+            f"#   chroot ROOT apt-get update && chroot ROOT {_GUI_APT} "
+            f"{' '.join(GUI_PACKAGES)}\n"
+            "#   then trim, tar and import it as in `base`\n"
+            "# 2. the gui base: the same context as `base`\n"
+            + _base_dockerfile(rootfs_tag(True), True)
+        )
     if name == "base":
         trim = " ".join(f"ROOT/{t}/*" for t in TRIM)
         return (
@@ -146,7 +197,7 @@ def dockerfile(name: str, base: str = "") -> str:
             f"# 2. the base: context layout/ = empty dirs {', '.join(LAYOUT)}; agent/ = "
             "forge.sandboxes.agent_client.agent_tree()\n" + _base_dockerfile(rootfs_tag())
         )
-    steps = [f"FROM {base or base_tag()}"]
+    steps = [f"FROM {base or base_for(name)}"]
     for i, (host, target) in enumerate(sorted(_harness_sources(name).items())):
         slash = "/" if Path(host).is_dir() else ""
         steps.append(f"# {i}{slash} = {host}")
@@ -158,11 +209,14 @@ def dockerfile(name: str, base: str = "") -> str:
 # -- building --------------------------------------------------------------------------------
 
 
-def rootfs_tar(progress: Progress = print, force: bool = False) -> Path:
-    """The trimmed Debian root filesystem as a tar in the cache, bootstrapped when missing."""
-    out = cache_dir() / "images" / f"{rootfs_tag().split(':', 1)[1]}.tar"
+def rootfs_tar(progress: Progress = print, force: bool = False, gui: bool = False) -> Path:
+    """The trimmed Debian root filesystem as a tar in the cache, bootstrapped when missing
+    (``gui``: the plain one plus :data:`GUI_PACKAGES`)."""
+    out = cache_dir() / "images" / f"{rootfs_tag(gui).split(':', 1)[1]}.tar"
     if out.exists() and not force:
         return out
+    if gui:
+        return _gui_rootfs_tar(rootfs_tar(progress, force=force), out, progress)
     exe = shutil.which("debootstrap") or "/usr/sbin/debootstrap"
     if not os.access(exe, os.X_OK):
         raise RuntimeError(
@@ -175,17 +229,55 @@ def rootfs_tar(progress: Progress = print, force: bool = False) -> Path:
         argv = [exe, "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(root)]
         progress(f"base: {' '.join(argv[1:3])} ... {SUITE} (about a minute)")
         _run_with_phases(argv, progress, t0)
-        for t in TRIM:
-            for p in (root / t).glob("*"):
-                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
-        part = out.with_suffix(".tar.partial")
-        subprocess.run(
-            ["tar", "-C", str(root), "--numeric-owner", "-cf", str(part), "."], check=True
-        )
-        part.rename(out)
+        _trim_and_tar(root, out)
     progress(
         f"base: root filesystem {out.stat().st_size >> 20} MiB in {time.monotonic() - t0:.0f}s"
     )
+    return out
+
+
+def _trim_and_tar(root: Path, out: Path) -> None:
+    for t in TRIM:
+        for p in (root / t).glob("*"):
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    part = out.with_suffix(".tar.partial")
+    subprocess.run(["tar", "-C", str(root), "--numeric-owner", "-cf", str(part), "."], check=True)
+    part.rename(out)
+
+
+def _gui_rootfs_tar(plain: Path, out: Path, progress: Progress) -> Path:
+    """The plain root filesystem unpacked, :data:`GUI_PACKAGES` installed into it by apt-get in
+    a chroot (the mirror debootstrap wrote into its sources; no daemon services are started),
+    trimmed and packed as ``out``."""
+    if os.geteuid() != 0:
+        raise RuntimeError("building the gui image's root filesystem needs root (chroot)")
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="forge-rootfs-gui-", dir=out.parent) as tmp:
+        root = Path(tmp) / "root"
+        root.mkdir()
+        subprocess.run(["tar", "-C", str(root), "--numeric-owner", "-xpf", str(plain)], check=True)
+        resolv = root / "etc" / "resolv.conf"
+        resolv.unlink(missing_ok=True)
+        shutil.copyfile("/etc/resolv.conf", resolv)
+        deny = root / "usr" / "sbin" / "policy-rc.d"  # no service starts during the install
+        deny.write_text("#!/bin/sh\nexit 101\n")
+        deny.chmod(0o755)
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND": "noninteractive"}
+        env["LANG"] = "C.UTF-8"
+        for step in (["apt-get", "update", "-q"], [*_GUI_APT.split(), "-q", *GUI_PACKAGES]):
+            progress(f"gui:   [{time.monotonic() - t0:4.0f}s] chroot {' '.join(step[:2])} ...")
+            r = subprocess.run(
+                ["chroot", str(root), *step], env=env, capture_output=True, text=True
+            )
+            if r.returncode != 0:
+                tail = "\n".join((r.stdout + r.stderr).splitlines()[-20:])
+                raise RuntimeError(f"chroot {' '.join(step)} failed ({r.returncode}):\n{tail}")
+        subprocess.run(["chroot", str(root), "apt-get", "clean"], env=env, check=True)
+        deny.unlink()
+        resolv.write_text("")
+        _trim_and_tar(root, out)
+    took = time.monotonic() - t0
+    progress(f"gui: root filesystem {out.stat().st_size >> 20} MiB in {took:.0f}s")
     return out
 
 
@@ -253,31 +345,34 @@ def _build(
         client.images.get(tag).tag(*alias.rsplit(":", 1))
 
 
-def build_base(client: Any, progress: Progress = print, force: bool = False) -> str:
-    """Build (when missing) the rootfs and base images; returns the base tag."""
-    tag, rootfs = base_tag(), rootfs_tag()
+def build_base(
+    client: Any, progress: Progress = print, force: bool = False, gui: bool = False
+) -> str:
+    """Build (when missing) the rootfs and base images (``gui``: the gui ones); returns the
+    base tag."""
+    tag, rootfs, what = base_tag(gui), rootfs_tag(gui), "gui" if gui else "base"
     if has_image(client, tag) and not force:
-        progress(f"base: {tag} present")
+        progress(f"{what}: {tag} present")
         return tag
     if force or not has_image(client, rootfs):
-        tar = rootfs_tar(progress, force=force)
+        tar = rootfs_tar(progress, force=force, gui=gui)
         t0 = time.monotonic()
         repo, version = rootfs.split(":", 1)
         client.api.import_image_from_file(str(tar), repository=repo, tag=version)
-        progress(f"base: imported {rootfs} in {time.monotonic() - t0:.1f}s")
-    context: dict[str, str | bytes] = {"Dockerfile": _base_dockerfile(rootfs).encode()}
+        progress(f"{what}: imported {rootfs} in {time.monotonic() - t0:.1f}s")
+    context: dict[str, str | bytes] = {"Dockerfile": _base_dockerfile(rootfs, gui).encode()}
     context.update({f"layout/{d}/": "" for d in LAYOUT})
     context.update({f"agent/{rel}": data for rel, data in _agent_tree().items()})
-    _build(client, tag, context, progress, alias=f"{REPO}/base:latest")
+    _build(client, tag, context, progress, alias=f"{REPO}/{what}:latest")
     return tag
 
 
 def build_harness(
     client: Any, name: str, progress: Progress = print, force: bool = False, base: str = ""
 ) -> str:
-    """Build (when missing) the image of harness ``name`` on the base (``base``: its tag, when
-    the caller has built it); returns its tag."""
-    base = base or build_base(client, progress)
+    """Build (when missing) the image of harness ``name`` on its base (``base``: that tag, when
+    the caller has built it; the gui base for :data:`GUI_HARNESSES`); returns its tag."""
+    base = base or build_base(client, progress, gui=name in GUI_HARNESSES)
     tag = harness_tag(name, base)
     if has_image(client, tag) and not force:
         progress(f"{name}: {tag} present")
@@ -294,11 +389,18 @@ def build_harness(
 def build(
     client: Any, names: list[str], progress: Progress = print, force: bool = False
 ) -> list[str]:
-    """Build ``names`` ("base" or harness names); returns their tags."""
+    """Build ``names`` ("base", "gui" or harness names); returns their tags (the base's first,
+    then each other name's in order)."""
     tags = [build_base(client, progress, force=force)]
+    gui = ""
     for name in names:
-        if name != "base":
-            tags.append(build_harness(client, name, progress, force=force, base=tags[0]))
+        if name in GUI_HARNESSES or name == "gui":
+            gui = gui or build_base(client, progress, force=force, gui=True)
+        if name == "gui":
+            tags.append(gui)
+        elif name != "base":
+            base = gui if name in GUI_HARNESSES else tags[0]
+            tags.append(build_harness(client, name, progress, force=force, base=base))
     return tags
 
 
@@ -307,7 +409,7 @@ def image_rows(client: Any, names: list[str]) -> list[tuple[str, str, str]]:
     rows = []
     for name in ["base", *[n for n in names if n != "base"]]:
         try:
-            tag = base_tag() if name == "base" else harness_tag(name)
+            tag = base_tag(name == "gui") if name in ("base", "gui") else harness_tag(name)
         except Exception as e:  # a harness that cannot say its files (not installed)
             rows.append((name, "-", f"{e}"))
             continue

@@ -6,7 +6,9 @@ host folder bind-mounted at ``/run/forge``, authenticated by a random per-sandbo
 
 A container runs from ``openforge/<harness>:<version>-<base>`` when that image is present (the
 harness's files are in it, at the sandbox paths its ``ro_mounts()`` names), else from the base
-image with those files bind-mounted read-only; a verifier's sandbox (harness None) uses the base.
+image with those files bind-mounted read-only (the GUI harnesses' base is ``openforge/gui``);
+a verifier's sandbox (harness None) uses the base. A task's services (web apps, the launcher)
+are bind-mounted read-only like a harness's files.
 It has no network (``network_mode=none``): its only way out is the attempt's proxy, whose Unix
 socket is bind-mounted at ``/run/forge/proxy.sock`` and relayed by the agent to
 ``127.0.0.1:<proxy_port>`` inside. CPU, memory and pids limits come from :class:`SandboxConfig`;
@@ -127,7 +129,7 @@ def image_and_binds(
             tag, baked = None, {}
         if tag is not None and images.has_image(client, tag):
             return tag, {h: t for h, t in ro_mounts.items() if baked.get(h) != t}
-    base = images.base_tag()
+    base = images.base_for(harness)  # the gui base (Chromium, Xvfb) for the GUI harnesses
     require_image(client, base, harness or "base")
     return base, dict(ro_mounts)
 
