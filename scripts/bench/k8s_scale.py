@@ -1,29 +1,34 @@
 """A thousand kubernetes sandboxes, simulated: create, one exec, delete, through the real backend.
 
 Real: forge's ``KubernetesSandbox`` (create -> watch -> agent ready -> exec -> destroy), its
-token bucket and retry policy, the official ``kubernetes`` client from ``api_client``, kmock
-(an emulated API server, the tests' ``KMock``) and a handful of real sandbox agents
-(``forge/sandboxes/agent.py``, one process each) on distinct loopback IPs. Stood in: the
-kubelet (the tests' ``Kubelet`` with no container: it patches each new pod Running with the IP
-of one of the real agents, round-robin, and is exempt from the server's latency and limit, as
-a cluster's many kubelets are parallel and in their own APF priority level); the per-pod agent
-token (patched to one shared token so a few agents can serve many pods); the API server's
-latency (``--latency-ms``, jittered +-50%) and its rate limit (a token bucket of
-``--qps-limit`` a second: beyond it 429 with ``Retry-After: 1``, like APF; watches exempt).
+token bucket and retry policy, the official ``kubernetes`` client from ``api_client``, the
+driver's reconcile pass, kmock (an emulated API server, tests/forge/sandboxes/kube_scale.py) and
+a handful of real sandbox agents (``forge/sandboxes/agent.py``, one process each) on distinct
+loopback IPs. The sandboxes are spread over HarnessPod stand-ins: one forked process per
+``--per-harness-pod`` sandboxes, each with its own process-wide client, token bucket and
+heartbeat Lease, as HarnessPods are on a cluster. Stood in: the kubelet (no container: each new
+pod is patched Running with the IP of one of the real agents, round-robin; exempt from latency
+and limit and not counted, as a cluster's kubelets are many and in their own APF priority
+level); the per-pod agent token (one shared token so a few agents serve many pods); the API
+server's latency (``--latency-ms``, jittered +-50%) and its rate limit (``--qps-limit`` a
+second, beyond it 429 with ``Retry-After: 1``; watches exempt). kmock runs in its own process,
+so its CPU time is reported apart from the backend's.
 
-    .venv/bin/python scripts/bench/k8s_scale.py [--pods 1000] [--compare 100] [--quick]
-        [--latency-ms 10] [--qps-limit 50] [--agents 8] [--client-qps 10 --client-burst 20]
+    .venv/bin/python scripts/bench/k8s_scale.py [--sizes 100,300,1000] [--quick]
+        [--latency-ms 10] [--qps-limit 50] [--agents 8] [--per-harness-pod 125]
+        [--client-qps 10 --client-burst 20] [--pod-start-s 2]
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import collections
 import contextlib
 import logging
+import math
+import multiprocessing
 import os
-import random
+import resource
 import secrets
 import socket
 import subprocess
@@ -37,147 +42,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp.web
-import attrs
-import kmock
+import psutil
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.forge.sandboxes.kube_controller import (  # noqa: E402
-    RESOURCES,
-    FaultyEmulator,
-    KMock,
-    Kubelet,
-)
+from tests.forge.sandboxes.kube_scale import EmulatorProcess  # noqa: E402
 
 NS = "forge-scale"
-KUBELET_UA = "standin-kubelet"
 TOKEN = secrets.token_hex(32)
 AGENT_PORT = 18937
-
-
-@attrs.define(kw_only=True)
-class ScaleEmulator(FaultyEmulator):
-    """kmock with latency and a server-side token bucket; counts what reaches it."""
-
-    latency_s: float = 0.01
-    qps_limit: float = 50.0
-    stats: dict[str, Any] = attrs.field(factory=dict)
-    _tokens: float = 0.0
-    _t: float = 0.0
-
-    async def _handle(self, request: Any) -> aiohttp.web.StreamResponse:
-        ua = str((request.headers or {}).get("User-Agent", ""))
-        params = dict(request.params)
-        watching = params.get("watch") in ("true", "1", "True")
-        method, path = str(request.method.value).upper(), request.url.path
-        s = self.stats
-        if ua == KUBELET_UA:
-            s["kubelet"] = s.get("kubelet", 0) + 1
-            return await super()._handle(request)
-        sec = int(time.monotonic())
-        s.setdefault("per_s", collections.Counter())[sec] += 1
-        if not watching:
-            now = time.monotonic()
-            if not self._t:
-                self._t, self._tokens = now, self.qps_limit
-            self._tokens = min(self.qps_limit, self._tokens + (now - self._t) * self.qps_limit)
-            self._t = now
-            if self._tokens < 1.0:
-                s["429"] = s.get("429", 0) + 1
-                s.setdefault("429_at", []).append(now)
-                body = {
-                    "kind": "Status",
-                    "apiVersion": "v1",
-                    "status": "Failure",
-                    "reason": "TooManyRequests",
-                    "code": 429,
-                    "message": "too many requests",
-                }
-                return aiohttp.web.json_response(body, status=429, headers={"Retry-After": "1"})
-            self._tokens -= 1.0
-        await asyncio.sleep(self.latency_s * (0.5 + random.random()))
-        verb = "WATCH" if watching else method
-        kind = resource_of(path)
-        s.setdefault("calls", collections.Counter())[(verb, kind)] += 1
-        s.setdefault("seen", []).append((time.monotonic(), verb, kind))
-        return await super()._handle(request)
-
-    async def _serve_watch(self, request: Any) -> Any:
-        """kmock ignores fieldSelector; a real API server sends a watch of one pod only its
-        events (without this, each of N watches carries all N pods' events: N^2)."""
-        fs = str(dict(request.params).get("fieldSelector", ""))
-        want = fs.split("=", 1)[1] if fs.startswith("metadata.name=") else None
-        async for ev in super()._serve_watch(request):
-            if (
-                want is None
-                or not isinstance(ev, dict)
-                or ((ev.get("object") or {}).get("metadata") or {}).get("name") == want
-            ):
-                yield ev
-
-
-def resource_of(path: str) -> str:
-    """'pod' for pods (and their status), else the resource's plural, from a request path."""
-    parts = path.strip("/").split("/")
-    if "namespaces" in parts and len(parts) > parts.index("namespaces") + 2:
-        kind = parts[parts.index("namespaces") + 2]
-    else:
-        kind = parts[-1]
-    return "pod" if kind == "pods" else kind
-
-
-class ScaleKMock(KMock):
-    def __init__(self, latency_s: float, qps_limit: float) -> None:
-        self.latency_s, self.qps_limit = latency_s, qps_limit
-        super().__init__()
-
-    async def _main(self) -> None:
-        self._stopped = asyncio.Event()
-        emu = ScaleEmulator(latency_s=self.latency_s, qps_limit=self.qps_limit)
-        async with emu, kmock.Server(emu) as server:
-            for key, info in RESOURCES.items():
-                emu.resources[key] = info
-            self.emu, self.url = emu, str(server.url).rstrip("/")
-            self._ready.set()
-            await self._stopped.wait()
-
-    def stats(self) -> dict[str, Any]:
-        def get(emu: Any) -> dict[str, Any]:
-            s = emu.stats
-            return {k: (v.copy() if hasattr(v, "copy") else v) for k, v in s.items()}
-
-        return self.run(get)
-
-    def reset(self) -> None:
-        self.run(lambda emu: emu.stats.clear())
-
-
-class StandinKubelet(Kubelet):
-    """Marks each new pod Running with one of ``ips`` (real agents listen there); no process."""
-
-    def __init__(self, kube: KMock, namespace: str, ips: list[str]) -> None:
-        self.ips, self._n = ips, 0
-        super().__init__(kube, namespace)
-
-    def _loop(self) -> None:
-        self.api.user_agent = KUBELET_UA
-        super()._loop()
-
-    def next_ip(self) -> str:
-        self._n += 1
-        return self.ips[self._n % len(self.ips)]
-
-    def start_pod(self, pod: dict[str, Any], ip: str) -> Any:
-        return None
-
-    def stop_pod(self, handle: Any) -> None:
-        pass
+WAIT_S = 1800.0
+DRIVER_UA = "scale-driver"
 
 
 @contextlib.contextmanager
-def agents(n: int) -> Iterator[list[str]]:
+def agents(n: int) -> Iterator[tuple[list[str], list[subprocess.Popen]]]:
     """``n`` real sandbox agents on 127.88.<pid>.<i>:AGENT_PORT sharing TOKEN."""
     ips = [f"127.88.{os.getpid() % 250}.{i + 2}" for i in range(n)]  # apart per process
     procs, tmp = [], Path(tempfile.mkdtemp(prefix="k8s-scale-"))
@@ -186,29 +66,17 @@ def agents(n: int) -> Iterator[list[str]]:
         ws, home = tmp / ip / "ws", tmp / ip / "home"
         ws.mkdir(parents=True)
         home.mkdir(parents=True)
-        argv = [
-            sys.executable,
-            "-m",
-            "forge.sandboxes.agent",
-            "--listen",
-            f"{ip}:{AGENT_PORT}",
-            "--workspace",
-            str(ws),
-            "--home",
-            str(home),
-        ]
-        procs.append(
-            subprocess.Popen(
-                argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-            )
-        )
+        argv = [sys.executable, "-m", "forge.sandboxes.agent", "--listen", f"{ip}:{AGENT_PORT}",
+                "--workspace", str(ws), "--home", str(home)]  # fmt: skip
+        procs.append(subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL))  # fmt: skip
     try:
         for ip in ips:  # every agent listening before the clock starts
             for _ in range(600):
                 with contextlib.suppress(OSError), socket.create_connection((ip, AGENT_PORT), 1):
                     break
                 time.sleep(0.05)
-        yield ips
+        yield ips, procs
     finally:
         for p in procs:
             p.terminate()
@@ -220,203 +88,279 @@ def agents(n: int) -> Iterator[list[str]]:
                 p.wait(5)
 
 
+def cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
 @dataclass
 class Result:
     pods: int
+    harness_pods: int = 1
     ready_s: float = 0.0
     total_s: float = 0.0
     ok: int = 0
     failed: list[str] = field(default_factory=list)
     calls: dict[tuple[str, str], int] = field(default_factory=dict)
+    status: dict[tuple[str, int], int] = field(default_factory=dict)
     per_run: int = 0
     peak_qps: int = 0
     mean_qps: float = 0.0
     r429: int = 0
-    honoured: bool | None = None
-    reap: tuple[int, float] = (0, 0.0)
+    reap: tuple[int, float, float] = (0, 0.0, 0.0)  # calls, seconds, driver CPU seconds
     sweep: tuple[int, float] = (0, 0.0)
+    list_bytes: int = 0
     create_p50: float = 0.0
     create_max: float = 0.0
+    cpu_client_s: float = 0.0
+    cpu_emulator_s: float = 0.0  # kmock's event loop thread
+    cpu_kubelet_s: float = 0.0  # the stand-in kubelet's thread
+    cpu_agents_s: float = 0.0
+    emu_requests: int = 0
+    conns: int = 0
+    watch_peak: int = 0
+    threads_peak: int = 0
+    rss_client_mb: float = 0.0
+    load: float = 0.0
+
+
+def harness_pod(idx: int, n: int, url: str, kw: dict[str, Any], sync: dict[str, Any]) -> None:
+    """One HarnessPod stand-in (a forked process): ``n`` sandboxes at once, each created (then
+    the all-ready barrier), used for one exec and deleted; its figures go to ``sync['out']``."""
+    from forge.config import SandboxConfig
+    from forge.sandboxes import kube_api, kubernetes
+    from forge.sandboxes.base import SandboxSpec
+
+    real_hex = secrets.token_hex
+    kubernetes.secrets.token_hex = lambda k=32: TOKEN if k == 32 else real_hex(k)  # type: ignore
+    kube_api._clients.clear()
+    kube_api._buckets.clear()
+    cfg = SandboxConfig.model_validate({"kubernetes": {
+        "namespace": NS, "api_url": url, "agent_port": AGENT_PORT, "qps": kw["client_qps"],
+        "burst": kw["client_burst"], "pod_start_timeout_s": 600}})  # fmt: skip
+    boxes = [kubernetes.KubernetesSandbox(cfg, None) for _ in range(n)]
+    gate, go_on, lock = threading.Barrier(n + 1), threading.Event(), threading.Lock()
+    out: dict[str, Any] = {"created": [], "ok": 0, "failed": [], "threads": 0}
+
+    def sample() -> None:
+        while not go_on.wait(0.1):
+            out["threads"] = max(out["threads"], threading.active_count())
+
+    def one(i: int) -> None:
+        t0 = time.perf_counter()
+        spec = SandboxSpec(labels={"run": "scale", "episode": f"e{idx}-{i}", "attempt": "0",
+                                   "pod": f"hp-{idx}"}, deadline_s=3600,
+                           proxy_tcp="127.0.0.1:1")  # fmt: skip
+        try:
+            boxes[i].create(spec)
+            with lock:
+                out["created"].append(time.perf_counter() - t0)
+        except Exception as e:
+            out["failed"].append(f"create {idx}/{i}: {type(e).__name__}: {str(e)[:200]}")
+        gate.wait()
+        go_on.wait()
+        try:
+            if boxes[i].name and boxes[i].pod_ip:
+                r = boxes[i].exec(["true"], 60)
+                with lock:
+                    out["ok"] += r.exit_code == 0
+                if r.exit_code:
+                    out["failed"].append(f"exec {idx}/{i}: exit {r.exit_code}")
+        except Exception as e:
+            out["failed"].append(f"exec {idx}/{i}: {type(e).__name__}: {str(e)[:200]}")
+        finally:
+            boxes[i].destroy()
+
+    threading.Thread(target=sample, daemon=True).start()
+    sync["start"].wait()
+    cpu0 = cpu_s()
+    with ThreadPoolExecutor(n) as pool:
+        futs = [pool.submit(one, i) for i in range(n)]
+        gate.wait()
+        sync["ready"].wait(WAIT_S)
+        sync["release"].wait(WAIT_S)
+        go_on.set()
+        for f in futs:
+            f.result()
+    kubernetes.shutdown()
+    out["cpu_s"] = cpu_s() - cpu0
+    out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    sync["out"].put(out)
+
+
+def calls_of(emu: EmulatorProcess) -> int:
+    """Requests the driver (this process) has sent so far, 429s included."""
+    return emu.stats().get("by_ua", {}).get(DRIVER_UA, 0)
 
 
 def run_once(pods: int, latency_ms: float, qps_limit: float, n_agents: int, client_qps: float,
-             client_burst: int) -> Result:  # fmt: skip
-    """``pods`` sandboxes at once: create (all ready: a barrier), one reconcile pass and one
-    Reconciler sweep at full size, then one exec each and delete."""
-    from forge.config import SandboxConfig
-    from forge.sandboxes import kube_api, kubernetes
+             client_burst: int, per_harness_pod: int = 125, pod_start_s: float = 0.0
+             ) -> Result:  # fmt: skip
+    """``pods`` sandboxes at once over ceil(pods / per_harness_pod) HarnessPod processes:
+    created (all ready: a barrier), one reconcile pass and one Reconciler sweep by the driver
+    (this process) at full size, then one exec each and deleted."""
+    from forge.config import KubernetesConfig
+    from forge.sandboxes import kube_api, kubernetes  # noqa: F401  (imported before the forks)
     from forge.sandboxes import kube_reconcile as kr
-    from forge.sandboxes.base import SandboxSpec
 
-    res = Result(pods)
-    kube = ScaleKMock(latency_ms / 1000, qps_limit)
-    real_hex = secrets.token_hex
-    kubernetes.secrets.token_hex = lambda n=32: TOKEN if n == 32 else real_hex(n)  # type: ignore
-    try:
-        with agents(n_agents) as ips:
-            kubelet = StandinKubelet(kube, NS, ips)
-            cfg = SandboxConfig.model_validate(
-                {
-                    "kubernetes": {
-                        "namespace": NS,
-                        "api_url": kube.url,
-                        "agent_port": AGENT_PORT,
-                        "qps": client_qps,
-                        "burst": client_burst,
-                        "pod_start_timeout_s": 600,
-                    }
-                }
-            )
-            kube_api._clients.clear()
-            kube_api._buckets.clear() if hasattr(kube_api, "_buckets") else None
-            boxes = [kubernetes.KubernetesSandbox(cfg, None) for _ in range(pods)]
-            gate, done = threading.Barrier(pods + 1), threading.Event()
-            created: list[float] = []
-            lock = threading.Lock()
-            # per-run setup first (namespace objects, heartbeat Lease): counted apart
-            kube.reset()
-
-            def one(i: int) -> None:
-                t0 = time.perf_counter()
-                spec = SandboxSpec(labels={"run": "scale", "episode": f"e{i}", "attempt": "0",
-                                           "pod": "hp-0"}, deadline_s=3600,
-                                   proxy_tcp="127.0.0.1:1")  # fmt: skip
-                try:
-                    boxes[i].create(spec)
-                    with lock:
-                        created.append(time.perf_counter() - t0)
-                except Exception as e:
-                    res.failed.append(f"create {i}: {type(e).__name__}: {str(e)[:200]}")
-                gate.wait()
-                done.wait()
-                try:
-                    if boxes[i].name and boxes[i].pod_ip:
-                        r = boxes[i].exec(["true"], 60)
-                        if r.exit_code == 0:
-                            with lock:
-                                res.ok += 1
-                        else:
-                            res.failed.append(f"exec {i}: exit {r.exit_code}")
-                except Exception as e:
-                    res.failed.append(f"exec {i}: {type(e).__name__}: {str(e)[:200]}")
-                finally:
-                    boxes[i].destroy()
-
+    for api_class in ("CoreV1Api", "NetworkingV1Api", "CoordinationV1Api"):  # lazy imports,
+        getattr(kube_api.client, api_class)  # seconds each: done once here, before the forks
+    hps = max(1, math.ceil(pods / per_harness_pod))
+    res = Result(pods, hps)
+    ctx = multiprocessing.get_context("fork")
+    with agents(n_agents) as (ips, agent_procs):
+        emu = EmulatorProcess(latency_ms / 1000, qps_limit, NS, ips, pod_start_s)
+        try:
+            sync = {"start": ctx.Event(), "release": ctx.Event(), "ready": ctx.Barrier(hps + 1),
+                    "out": ctx.Queue()}  # fmt: skip
+            kw = {"client_qps": client_qps, "client_burst": client_burst}
+            sizes = [pods // hps + (i < pods % hps) for i in range(hps)]
+            procs = [ctx.Process(target=harness_pod, args=(i, n, emu.url, kw, sync), daemon=True)
+                     for i, n in enumerate(sizes)]  # fmt: skip
+            for p in procs:
+                p.start()
+            emu_cpu0 = emu.reset()
+            agents_cpu0 = sum(sum(psutil.Process(p.pid).cpu_times()[:2]) for p in agent_procs)
             t0 = time.perf_counter()
-            with ThreadPoolExecutor(pods) as pool:
-                futs = [pool.submit(one, i) for i in range(pods)]
-                gate.wait()
-                res.ready_s = time.perf_counter() - t0
-                before = sum(kube.stats().get("calls", {}).values())
-                api = kube_api.api_client(cfg.kubernetes)
-                ts = time.perf_counter()
-                kr.reap_pods(api, NS, "scale", orphans_only=True)
-                mid = sum(kube.stats().get("calls", {}).values())
-                res.reap = (mid - before, time.perf_counter() - ts)
-                ts = time.perf_counter()
-                kr.Reconciler(api, NS, "scale").sweep()
-                res.sweep = (
-                    sum(kube.stats().get("calls", {}).values()) - mid,
-                    time.perf_counter() - ts,
-                )
-                done.set()
-                for f in futs:
-                    f.result()
+            sync["start"].set()
+            sync["ready"].wait(WAIT_S)
+            res.ready_s = time.perf_counter() - t0
+            res.load = os.getloadavg()[0]
+            api = kube_api.api_client(KubernetesConfig(namespace=NS, api_url=emu.url))
+            api.user_agent = DRIVER_UA  # its calls counted apart from the HarnessPods'
+            before, ts, c0 = calls_of(emu), time.perf_counter(), cpu_s()
+            kr.reap_pods(api, NS, "scale", orphans_only=True)
+            mid = calls_of(emu)
+            res.reap = (mid - before, time.perf_counter() - ts, cpu_s() - c0)
+            ts = time.perf_counter()
+            kr.Reconciler(api, NS, "scale").sweep()
+            res.sweep = (calls_of(emu) - mid, time.perf_counter() - ts)
+            from kubernetes import client
+
+            resp = client.CoreV1Api(api).list_namespaced_pod(NS, _preload_content=False)
+            res.list_bytes = len(resp.data)
+            sync["release"].set()
+            outs = [sync["out"].get(timeout=WAIT_S) for _ in procs]
+            for p in procs:
+                p.join(30)
             res.total_s = time.perf_counter() - t0
-            st = kube.stats()
-            kubelet.close()
-            kubernetes.shutdown()
-    finally:
-        kubernetes.secrets.token_hex = real_hex  # type: ignore[assignment]
-        kube.close()
+            st = emu.stats()
+            res.cpu_agents_s = (
+                sum(sum(psutil.Process(p.pid).cpu_times()[:2]) for p in agent_procs) - agents_cpu0
+            )
+        finally:
+            emu_cpu = emu.stop()
+    res.cpu_emulator_s = emu_cpu.get("kmock", 0.0) - emu_cpu0.get("kmock", 0.0)
+    res.cpu_kubelet_s = emu_cpu.get("kubelet", 0.0) - emu_cpu0.get("kubelet", 0.0)
+    created = sorted(t for o in outs for t in o["created"])
+    if created:
+        res.create_p50, res.create_max = created[len(created) // 2], created[-1]
+    res.ok = sum(o["ok"] for o in outs)
+    res.failed = [f for o in outs for f in o["failed"]]
+    res.cpu_client_s = sum(o["cpu_s"] for o in outs)
+    res.threads_peak = max(o["threads"] for o in outs)
+    res.rss_client_mb = max(o["rss_mb"] for o in outs)
     calls = collections.Counter(st.get("calls", {}))
-    res.calls = dict(calls)
+    res.calls, res.status = dict(calls), dict(st.get("status", {}))
     res.per_run = sum(v for (verb, kind), v in calls.items() if kind != "pod")
     per_s = st.get("per_s", collections.Counter())
     res.peak_qps = max(per_s.values(), default=0)
     res.mean_qps = sum(per_s.values()) / max(1, len(per_s))
     res.r429 = st.get("429", 0)
-    res.honoured = None
-    created.sort()
-    if created:
-        res.create_p50, res.create_max = created[len(created) // 2], created[-1]
+    res.emu_requests = sum(calls.values()) + res.r429 + st.get("kubelet", 0)
+    res.conns, res.watch_peak = st.get("conns", 0), st.get("watch_peak", 0)
     return res
 
 
 def pod_calls(r: Result) -> dict[str, float]:
-    """Calls on pods per sandbox, by verb (the two reconcile LIST pods taken out)."""
+    """Calls on pods per sandbox, by verb (the driver's three LIST pods taken out)."""
     out: dict[str, float] = collections.defaultdict(float)
     for (verb, kind), v in r.calls.items():
         if kind == "pod":
             out[verb] += v
-    out["GET"] -= 2  # reap_pods' and the Reconciler's LIST (GET on the collection)
+    out["GET"] -= 3  # reap_pods', the Reconciler's and the size probe's LIST
     return {k: v / r.pods for k, v in sorted(out.items())}
 
 
 def report(rs: list[Result], args: argparse.Namespace) -> None:
     print(f"\nkmock latency {args.latency_ms} ms (+-50%), server limit {args.qps_limit} QPS "
-          f"(429 Retry-After 1), client bucket qps={args.client_qps} burst={args.client_burst}, "
-          f"{args.agents} real agents; host load: {os.getloadavg()[0]:.1f} (1-min) on "
-          f"{os.cpu_count()} CPUs")  # fmt: skip
+          f"(429 Retry-After 1), client bucket qps={args.client_qps} burst={args.client_burst} "
+          f"per HarnessPod process, pods start after {args.pod_start_s} s (+-50%), "
+          f"{args.agents} real agents; {os.cpu_count()} CPUs, "
+          f"1-min load now {os.getloadavg()[0]:.1f}")  # fmt: skip
     rows: list[tuple[str, list[str]]] = [
         ("sandboxes", [str(r.pods) for r in rs]),
+        ("HarnessPod processes", [str(r.harness_pods) for r in rs]),
         ("ok (create+exec+delete)", [str(r.ok) for r in rs]),
         ("failed", [str(len(r.failed)) for r in rs]),
         ("time until all ready (s)", [f"{r.ready_s:.1f}" for r in rs]),
         ("create p50 / max (s)", [f"{r.create_p50:.1f} / {r.create_max:.1f}" for r in rs]),
         ("whole run (s)", [f"{r.total_s:.1f}" for r in rs]),
+        ("1-min load at all ready", [f"{r.load:.1f}" for r in rs]),
     ]
     verbs = sorted({v for r in rs for v in pod_calls(r)})
     for v in verbs:
         rows.append((f"pod {v} per sandbox", [f"{pod_calls(r).get(v, 0):.2f}" for r in rs]))
-    rows.append(
-        (
-            "pod calls/sandbox w/o WATCH",
-            [f"{sum(c for v, c in pod_calls(r).items() if v != 'WATCH'):.2f}" for r in rs],
-        )
-    )
+    no_watch = [sum(c for v, c in pod_calls(r).items() if v != "WATCH") for r in rs]
     rows += [
-        ("per-run calls (ns, lease, LISTs)", [str(r.per_run) for r in rs]),
+        ("pod calls/sandbox w/o WATCH", [f"{c:.2f}" for c in no_watch]),
+        (
+            "non-2xx answers (not 429)",
+            [str(sum(v for (_, s), v in r.status.items() if s >= 300)) for r in rs],
+        ),
+        ("per-run calls (ns, leases, LISTs)", [str(r.per_run) for r in rs]),
         ("peak requests/s at server incl. 429s", [str(r.peak_qps) for r in rs]),
         ("mean API QPS while busy", [f"{r.mean_qps:.1f}" for r in rs]),
         ("429s sent (all retried)", [str(r.r429) for r in rs]),
-        ("reap_pods orphans_only: calls, s", [f"{r.reap[0]}, {r.reap[1]:.2f}" for r in rs]),
+        ("TCP connections opened", [str(r.conns) for r in rs]),
+        ("peak open watches", [str(r.watch_peak) for r in rs]),
+        ("peak threads per HarnessPod", [str(r.threads_peak) for r in rs]),
+        ("max RSS per HarnessPod (MiB)", [f"{r.rss_client_mb:.0f}" for r in rs]),
+        ("backend CPU, all HarnessPods (s)", [f"{r.cpu_client_s:.1f}" for r in rs]),
+        ("backend CPU per sandbox (ms)", [f"{1000 * r.cpu_client_s / r.pods:.1f}" for r in rs]),
+        ("kmock CPU (s)", [f"{r.cpu_emulator_s:.1f}" for r in rs]),
+        ("stand-in kubelet CPU (s)", [f"{r.cpu_kubelet_s:.1f}" for r in rs]),
+        (
+            "kmock CPU per request (ms)",
+            [f"{1000 * r.cpu_emulator_s / max(1, r.emu_requests):.2f}" for r in rs],
+        ),
+        ("agents CPU (s)", [f"{r.cpu_agents_s:.1f}" for r in rs]),
+        (
+            "reap pass: calls, s, driver CPU s",
+            [f"{r.reap[0]}, {r.reap[1]:.2f}, {r.reap[2]:.2f}" for r in rs],
+        ),
         ("Reconciler.sweep: calls, s", [f"{r.sweep[0]}, {r.sweep[1]:.2f}" for r in rs]),
+        ("LIST pods size (KiB)", [f"{r.list_bytes / 1024:.0f}" for r in rs]),
     ]
     w = max(len(k) for k, _ in rows)
     for k, vals in rows:
-        print(f"{k:<{w}}  " + "  ".join(f"{v:>14}" for v in vals))
-    if len(rs) == 2 and rs[0].ready_s:
-        a, b = rs
-        print(f"growth {a.pods}->{b.pods} ({b.pods / a.pods:.0f}x pods): ready time "
-              f"{b.ready_s / a.ready_s:.1f}x, reconcile pass time "
-              f"{b.reap[1] / max(a.reap[1], 1e-9):.1f}x")  # fmt: skip
+        print(f"{k:<{w}}  " + "  ".join(f"{v:>16}" for v in vals))
     for r in rs:
         for f in r.failed[:5]:
             print(f"  [{r.pods}] {f}")
+    sys.stdout.flush()
 
 
 def main(argv: list[str] | None = None) -> list[Result]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--pods", type=int, default=1000)
-    p.add_argument("--compare", type=int, default=100, help="a smaller size run first (0: none)")
-    p.add_argument("--quick", action="store_true", help="50 pods vs 10")
+    p.add_argument("--sizes", default="100,300,1000", help="sandbox counts, one run each")
+    p.add_argument("--quick", action="store_true", help="sizes 10,50")
     p.add_argument("--latency-ms", type=float, default=10.0)
     p.add_argument("--qps-limit", type=float, default=50.0)
     p.add_argument("--agents", type=int, default=8)
+    p.add_argument("--per-harness-pod", type=int, default=125)
     p.add_argument("--client-qps", type=float, default=10.0)
     p.add_argument("--client-burst", type=int, default=20)
+    p.add_argument("--pod-start-s", type=float, default=2.0, help="kubelet start, +-50%%")
     args = p.parse_args(argv)
-    if args.quick:
-        args.pods, args.compare = 50, 10
+    sizes = [10, 50] if args.quick else [int(n) for n in args.sizes.split(",") if n]
     logging.basicConfig(level=logging.ERROR)
-    sizes = [n for n in (args.compare, args.pods) if n]
     rs = []
-    for n in sizes:
+    for n in sizes:  # the table so far after each size
         print(f"running {n} sandboxes ...", flush=True)
         rs.append(run_once(n, args.latency_ms, args.qps_limit, args.agents, args.client_qps,
-                           args.client_burst))  # fmt: skip
-    report(rs, args)
+                           args.client_burst, args.per_harness_pod, args.pod_start_s))  # fmt: skip
+        report(rs, args)
     return rs
 
 
