@@ -230,6 +230,11 @@ class PodStartError(ac.AgentUnavailable):
     """The pod did not start (failed, or pending past its timeout; then it was deleted)."""
 
 
+# Connections kept open to the API server per process. A HarnessPod runs up to ~125 sandboxes
+# at once, each with a request (or watch) in flight while it starts or stops; with a smaller
+# pool every request beyond it opens a new connection (a TLS handshake on a real server) that
+# urllib3 then discards with a warning (k8s_scale: 32 kept ~0.6 extra connections a sandbox).
+POOL_SIZE = 256
 _clients: dict[tuple[Any, ...], Any] = {}
 _clients_lock = threading.Lock()
 
@@ -258,7 +263,7 @@ def api_client(settings: KubernetesConfig) -> Any:
             f"no Kubernetes configuration ({type(e).__name__}: {e}): run inside the cluster, or "
             "set sandbox.kubernetes.kubeconfig / .context, or sandbox.kubernetes.api_url"
         ) from e
-    cfg.retries, cfg.connection_pool_maxsize = False, 32
+    cfg.retries, cfg.connection_pool_maxsize = False, POOL_SIZE
     with _clients_lock:
         return _clients.setdefault(key, client.ApiClient(cfg))
 
