@@ -121,7 +121,19 @@ class Result:
     watch_peak: int = 0
     threads_peak: int = 0
     rss_client_mb: float = 0.0
+    pool_full: int = 0
     load: float = 0.0
+
+
+class PoolFull(logging.Handler):
+    """Counts urllib3's "Connection pool is full, discarding connection" warnings."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += "pool is full" in record.getMessage()
 
 
 def harness_pod(idx: int, n: int, url: str, kw: dict[str, Any], sync: dict[str, Any]) -> None:
@@ -171,6 +183,11 @@ def harness_pod(idx: int, n: int, url: str, kw: dict[str, Any], sync: dict[str, 
         finally:
             boxes[i].destroy()
 
+    full = PoolFull()
+    pool_log = logging.getLogger("urllib3.connectionpool")
+    pool_log.setLevel(logging.WARNING)
+    pool_log.addHandler(full)
+    pool_log.propagate = False
     threading.Thread(target=sample, daemon=True).start()
     sync["start"].wait()
     cpu0 = cpu_s()
@@ -183,7 +200,7 @@ def harness_pod(idx: int, n: int, url: str, kw: dict[str, Any], sync: dict[str, 
         for f in futs:
             f.result()
     kubernetes.shutdown()
-    out["cpu_s"] = cpu_s() - cpu0
+    out["cpu_s"], out["pool_full"] = cpu_s() - cpu0, full.count
     out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     sync["out"].put(out)
 
@@ -260,6 +277,7 @@ def run_once(pods: int, latency_ms: float, qps_limit: float, n_agents: int, clie
     res.cpu_client_s = sum(o["cpu_s"] for o in outs)
     res.threads_peak = max(o["threads"] for o in outs)
     res.rss_client_mb = max(o["rss_mb"] for o in outs)
+    res.pool_full = sum(o["pool_full"] for o in outs)
     calls = collections.Counter(st.get("calls", {}))
     res.calls, res.status = dict(calls), dict(st.get("status", {}))
     res.per_run = sum(v for (verb, kind), v in calls.items() if kind != "pod")
@@ -313,6 +331,7 @@ def report(rs: list[Result], args: argparse.Namespace) -> None:
         ("mean API QPS while busy", [f"{r.mean_qps:.1f}" for r in rs]),
         ("429s sent (all retried)", [str(r.r429) for r in rs]),
         ("TCP connections opened", [str(r.conns) for r in rs]),
+        ("connections discarded, pool full", [str(r.pool_full) for r in rs]),
         ("peak open watches", [str(r.watch_peak) for r in rs]),
         ("peak threads per HarnessPod", [str(r.threads_peak) for r in rs]),
         ("max RSS per HarnessPod (MiB)", [f"{r.rss_client_mb:.0f}" for r in rs]),
