@@ -1,0 +1,111 @@
+"""GUI episodes in containers: the ``browser`` and ``desktop`` harnesses in their images built on
+``openforge/gui`` (Debian's Chromium, Xvfb, openbox and X applications) in the tests' own
+dockerd, each driven by a real HarnessPod before a real Serve Policy with the scripted oracle.
+One web task (its app served inside the container, Chromium through Playwright) and one desktop
+task (Xvfb, openbox, xmessage, xdotool, ImageMagick) score 1.0; no container of the run is left.
+
+The gui root filesystem is made once (apt-get in a chroot, minutes) and cached as a tar; a new
+daemon imports it. Without that tar the test skips rather than spend minutes in CI.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from forge import images
+from forge.harnesses.install import PACKAGES
+from forge.sandboxes.docker import client_for
+from serve.models import cache_dir
+
+pytestmark = [pytest.mark.docker, pytest.mark.browser, pytest.mark.ray, pytest.mark.slow]
+RUN = "docker-gui"
+CASES = [("browser", "web", "shop_blue_mug"), ("desktop", "desktop", "xmessage_deploy_decision")]
+
+
+def _gui_rootfs_cached() -> bool:
+    return (cache_dir() / "images" / f"{images.rootfs_tag(gui=True).split(':', 1)[1]}.tar").exists()
+
+
+@pytest.fixture(scope="module")
+def gui_images(docker_daemon: Any) -> dict[str, str]:
+    """The browser and desktop images (and the gui base) in the session's daemon."""
+    if not PACKAGES["browser"].installed():
+        pytest.skip("Playwright for the sandbox is not installed: forge harness install browser")
+    client = client_for(docker_daemon.host)
+    if not images.has_image(client, images.base_tag(gui=True)) and not _gui_rootfs_cached():
+        pytest.skip(
+            "the gui root filesystem is not cached (building it takes minutes): "
+            "forge image build gui"
+        )
+    t0 = time.monotonic()
+    tags = images.build(client, ["gui", "browser", "desktop"], progress=lambda m: None)
+    print(f"\n[docker gui] gui, browser and desktop images ready in {time.monotonic() - t0:.1f}s")
+    return dict(zip(["base", "gui", "browser", "desktop"], tags, strict=True))
+
+
+def test_gui_harness_images_build_on_the_gui_base(gui_images: dict[str, str]) -> None:
+    gui = gui_images["gui"]
+    assert gui == images.base_tag(gui=True) and gui.startswith("openforge/gui:")
+    for name in ("browser", "desktop"):
+        assert gui_images[name] == images.harness_tag(name)
+        assert gui_images[name].endswith("-" + gui.rsplit("-", 1)[1])
+    assert images.harness_tag("react").endswith("-" + gui_images["base"].rsplit("-", 1)[1])
+
+
+def test_web_and_desktop_oracle_episodes_in_containers(
+    ray_cluster: Any, docker_daemon: Any, gui_images: dict[str, str]
+) -> None:
+    from ray import serve
+
+    from actors.harness_pod import HarnessPod
+    from forge.config import PolicyConfig
+    from serve.policy import deploy_policy
+    from tasks import load_suite
+
+    ray = ray_cluster
+    client = client_for(docker_daemon.host)
+    handle = deploy_policy(
+        PolicyConfig(engine={"name": "scripted"}, num_cpus=0.25), "docker-gui-oracle"
+    )
+    sandbox = {"backend": "docker", "docker_host": docker_daemon.host}
+    pod = (
+        ray.remote(HarnessPod)
+        .options(num_cpus=0.25)
+        .remote(handle, pod_id="docker-gui", run=RUN, sandbox=sandbox)
+    )
+    ray.get(pod.start.remote())
+    since = int(time.time()) - 1
+    episodes = {}
+    try:
+        for harness, suite, task_id in CASES:
+            task = next(t for t in load_suite(suite) if t.id == task_id)
+            t0 = time.monotonic()
+            episodes[harness] = ray.get(
+                pod.run_episode.remote(task.model_dump(), harness, episode_id=harness)
+            )
+            print(f"[docker gui] {harness} {task_id}: {time.monotonic() - t0:.1f}s")
+    finally:
+        ray.get(pod.stop.remote())
+        ray.kill(pod)
+        serve.delete("docker-gui-oracle")
+    for harness, ep in episodes.items():
+        assert (ep.status, ep.reward, ep.failure) == ("ok", 1.0, None), (
+            harness,
+            ep.harness_log[-3000:],
+        )
+        assert any(t.images for t in ep.turns), f"{harness}: no screenshot reached the policy"
+    events = client.api.events(
+        since=since,
+        until=int(time.time()) + 1,
+        filters={"label": f"openforge.run={RUN}", "event": "create"},
+        decode=True,
+    )
+    created = {
+        (a["openforge.harness"], a["image"]) for a in (e["Actor"]["Attributes"] for e in events)
+    }
+    assert ("browser", gui_images["browser"]) in created
+    assert ("desktop", gui_images["desktop"]) in created
+    assert client.api.containers(all=True, filters={"label": f"openforge.run={RUN}"}) == []
