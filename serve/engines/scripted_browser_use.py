@@ -17,8 +17,8 @@ A ``GuiAction`` step becomes a browser-use action:
   ``coordinate_clicking`` option, on by default). Its element listing gives no positions, so a
   point cannot be mapped to an element index.
 - ``type`` -> ``send_keys`` with the text (typed into the focused element, character by
-  character); a text browser-use would read as a key name (``End``, ``ctrl+a``) is split so it
-  is typed, not pressed.
+  character); a text browser-use would read as a key name (``End``, ``ctrl+a``) goes as its
+  first character and the rest, so it is typed, not pressed.
 - ``press`` -> ``send_keys`` with the keys (browser-use knows ``ctrl``/``Enter``/... aliases).
 - ``scroll`` -> ``scroll {down, pages}`` of the page: ``dy`` notches of 100 pixels as a share of
   the screen's height (the ``browser`` harness's wheel notch). A horizontal-only scroll has no
@@ -110,7 +110,10 @@ def _type_actions(text: str) -> list[dict[str, Any]]:
         return []
     if not _reads_as_key(text):
         return [{"send_keys": {"keys": text}}]
-    return [{"send_keys": {"keys": c}} for c in text]  # one character is never a key name
+    head, rest = text[0], text[1:]  # one character is never a key name
+    if rest and not _reads_as_key(rest):  # two actions (browser-use takes at most 5 a step)
+        return [{"send_keys": {"keys": head}}, {"send_keys": {"keys": rest}}]
+    return [{"send_keys": {"keys": c}} for c in text]
 
 
 def step_actions(step: dict[str, Any], screen: tuple[int, int]) -> list[dict[str, Any]] | None:

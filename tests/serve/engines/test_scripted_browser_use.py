@@ -133,12 +133,12 @@ def test_scroll_notches_become_the_same_pixels(height: int) -> None:
 
 
 def test_text_that_reads_as_a_key_is_typed_one_character_at_a_time() -> None:
-    assert step_actions({"action": "type", "text": "End"}, DEFAULT_SCREEN) == [
-        {"send_keys": {"keys": c}} for c in "End"
-    ]
-    assert step_actions({"action": "type", "text": "ctrl+a"}, DEFAULT_SCREEN) == [
-        {"send_keys": {"keys": c}} for c in "ctrl+a"
-    ]
+    def keys(*texts: str) -> list[dict[str, Any]]:
+        return [{"send_keys": {"keys": t}} for t in texts]
+
+    assert step_actions({"action": "type", "text": "End"}, DEFAULT_SCREEN) == keys("E", "nd")
+    assert step_actions({"action": "type", "text": "ctrl+a"}, DEFAULT_SCREEN) == keys("c", "trl+a")
+    assert step_actions({"action": "type", "text": "up"}, DEFAULT_SCREEN) == keys("u", "p")
     assert step_actions({"action": "type", "text": "a+b"}, DEFAULT_SCREEN) == [
         {"send_keys": {"keys": "a+b"}}
     ]
@@ -195,7 +195,8 @@ def test_browser_use_own_agent_output_model_accepts_every_reply() -> None:
     """browser-use's AgentOutput (its action union, coordinate clicks on) parses each reply
     into the intended action, in a separate interpreter with the package on its path."""
     scroll = {"action": "scroll", "x": 5, "y": 5, "dy": 2}
-    steps = [*MAIL_STEPS, scroll, {"action": "goto", "url": "http://x/"}, {"action": "back"}]
+    odd = {"action": "type", "text": "ctrl+a"}  # typed as two actions of one step
+    steps = [*MAIL_STEPS, scroll, odd, {"action": "goto", "url": "http://x/"}, {"action": "back"}]
     replies: list[str] = []
     history: list[str] = []
     script = {"steps": steps, "answer": "sent"}
@@ -217,6 +218,8 @@ def test_browser_use_own_agent_output_model_accepts_every_reply() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     parsed = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("[")]
     names = [next(iter(a[0])) for a in parsed]
-    expected = ["click", "click", "send_keys", "send_keys", "scroll", "navigate", "go_back"]
+    expected = ["click", "click", "send_keys", "send_keys", "scroll", "send_keys", "navigate"]
+    expected.append("go_back")
     assert names == [*expected, "done"]
     assert parsed[0][0]["click"]["coordinate_x"] == to_pixels(199, 146, 640, 480)[0]
+    assert parsed[5] == [{"send_keys": {"keys": "c"}}, {"send_keys": {"keys": "trl+a"}}]
