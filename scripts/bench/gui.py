@@ -67,6 +67,7 @@ from tasks.schema import GuiAction
 TASKS = {"browser": ("web", "booking_tuesday_ten"), "desktop": ("desktop", "xedit_append_item")}
 MIB = 2**20
 SAMPLE_S = 0.5  # how often memory is sampled
+KEYS = ("Rss", "Pss", "Private_Clean", "Private_Dirty")
 
 
 def load_task(kind: str) -> Task:
@@ -81,29 +82,30 @@ def steps_of(task: Task) -> list[dict[str, Any]]:
 # -- memory ----------------------------------------------------------------------------------
 
 
-def tree_memory(root: psutil.Process, unread: set[str], below: bool = True) -> tuple[int, int]:
-    """(RSS, PSS) in bytes of ``root`` and (``below``) all its descendants. A process whose
-    smaps_rollup cannot be read counts its RSS as its PSS, and its name goes into ``unread``."""
-    rss = pss = 0
+def tree_memory(root: psutil.Process, unread: set[str], below: bool = True) -> list[int]:
+    """[RSS, PSS, USS] in bytes of ``root`` and (``below``) all its descendants, from
+    smaps_rollup (USS: private pages, what ending the tree frees). A process whose smaps_rollup
+    cannot be read counts its RSS for all three, and its name goes into ``unread``."""
+    out = [0, 0, 0]
     try:
         members = [root, *root.children(recursive=True)] if below else [root]
     except psutil.Error:
-        return 0, 0
+        return out
     for proc in members:
         try:
             with open(f"/proc/{proc.pid}/smaps_rollup") as f:
-                fields = dict(line.split(":", 1) for line in f if line[:4] in ("Rss:", "Pss:"))
-            rss += int(fields["Rss"].split()[0]) * 1024
-            pss += int(fields["Pss"].split()[0]) * 1024
+                kb = {k: int(v.split()[0]) for k, v in (ln.split(":", 1) for ln in f) if k in KEYS}
+            got = [kb["Rss"], kb["Pss"], kb["Private_Clean"] + kb["Private_Dirty"]]
+            out = [o + g * 1024 for o, g in zip(out, got, strict=True)]
         except (OSError, KeyError, ValueError):
             try:
                 r, name = proc.memory_info().rss, proc.name()
             except psutil.Error:
                 continue  # gone meanwhile
-            rss, pss = rss + r, pss + r
+            out = [o + r for o in out]
             if r:  # not a process that was exiting (an empty smaps_rollup)
                 unread.add(name)
-    return rss, pss
+    return out
 
 
 def sandbox_roots(actor_pid: int) -> list[psutil.Process]:
@@ -130,8 +132,7 @@ class MemoryWatch:
     ):
         self.groups = groups
         self.every_s = every_s or SAMPLE_S
-        self.peak_pss: dict[Any, int] = {}
-        self.peak_rss: dict[Any, int] = {}
+        self.peak: dict[Any, list[int]] = {}  # group -> [RSS, PSS, USS], each its own peak
         self.all_pss = 0
         self.unread: set[str] = set()  # processes whose PSS was taken as their RSS
         self._stop = threading.Event()
@@ -140,13 +141,12 @@ class MemoryWatch:
     def sample(self) -> None:
         total = 0
         for name, roots in self.groups().items():
-            rss = pss = 0
+            now = [0, 0, 0]
             for root in roots:
-                r, p = tree_memory(root, self.unread)
-                rss, pss = rss + r, pss + p
-            self.peak_pss[name] = max(self.peak_pss.get(name, 0), pss)
-            self.peak_rss[name] = max(self.peak_rss.get(name, 0), rss)
-            total += pss
+                now = [a + b for a, b in zip(now, tree_memory(root, self.unread), strict=True)]
+            old = self.peak.get(name, [0, 0, 0])
+            self.peak[name] = [max(a, b) for a, b in zip(old, now, strict=True)]
+            total += now[1]
         self.all_pss = max(self.all_pss, total)
 
     def _loop(self) -> None:
@@ -306,10 +306,10 @@ class Round:
     end_s: list[float] = field(default_factory=list)
     total_s: list[float] = field(default_factory=list)
     step_parts: list[list[float]] = field(default_factory=list)  # per step
-    peak_pss: list[int] = field(default_factory=list)  # per sandbox / per by-hand tree
-    peak_rss: list[int] = field(default_factory=list)
+    peak: list[list[int]] = field(default_factory=list)  # [RSS, PSS, USS] per sandbox or tree
     all_pss: int = 0
     unread: set[str] = field(default_factory=set)
+    png: bytes = b""  # a screenshot the harness sent (OpenForge rounds)
 
 
 def hand_round(kind: str, n: int, settle_s: float) -> Round:
@@ -332,7 +332,7 @@ def hand_round(kind: str, n: int, settle_s: float) -> Round:
         r.end_s.append(rec["end"])
         r.total_s.append(rec["total"])
         r.step_parts += rec["steps"]
-    r.peak_pss, r.peak_rss = list(mem.peak_pss.values()), list(mem.peak_rss.values())
+    r.peak = list(mem.peak.values())
     r.all_pss, r.unread = mem.all_pss, mem.unread
     return r
 
@@ -365,16 +365,42 @@ def stack_round(pods: list[Any], pids: list[int], kind: str, n: int, settle_s: f
             r.failures.append(ep.failure or ep.truncated or "no turns")
             continue
         r.passed += ep.reward == 1.0
+        r.png = r.png or next((i.data for i in ep.images.values() if i.data), b"")
         turns = sorted(ep.turns, key=lambda t: t.index)
         r.start_s.append(turns[0].started_at - t0)
         for a, b in itertools.pairwise(turns):
             r.step_parts.append([a.latency_s, b.started_at - (a.started_at + a.latency_s)])
         r.end_s.append(t_end - (turns[-1].started_at + turns[-1].latency_s))
         r.total_s.append(t_end - t0)
-    r.peak_pss = [v for v in mem.peak_pss.values() if v]
-    r.peak_rss = [v for v in mem.peak_rss.values() if v]
+    r.peak = [v for v in mem.peak.values() if v[0]]
     r.all_pss, r.unread = mem.all_pss, mem.unread
     return r
+
+
+def proxy_calls(pod: Any, png: bytes, reps: int = 10) -> list[tuple[float, float]]:
+    """``reps`` chat calls with ``png`` and the GUI tools, from this process to the pod's proxy
+    (TCP, no sandbox): (the client's round trip, the policy's part as the proxy recorded it)."""
+    import ray
+
+    from forge.harnesses import gui_actions
+
+    url = "data:image/png;base64," + base64.b64encode(png).decode()
+    content = [{"type": "text", "text": "Do it."}, {"type": "image_url", "image_url": {"url": url}}]
+    body = {"model": "tiny", "messages": [{"role": "user", "content": content}]}
+    body = json.dumps({**body, "tools": gui_actions.tools(), "max_tokens": 32}).encode()
+    script = {"task_id": "bench", "steps": [], "answer": "ok"}
+    eid = f"bench-proxy-{os.urandom(4).hex()}"
+    att = ray.get(pod.open_attempt.remote(eid, 0, script))
+    head = {"Authorization": f"Bearer {att['api_key']}", "Content-Type": "application/json"}
+    client = []
+    for _ in range(reps):
+        req = urllib.request.Request(att["base_url"] + "/chat/completions", body, head)
+        t0 = time.perf_counter()
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            resp.read()
+        client.append(time.perf_counter() - t0)
+    turns = ray.get(pod.close_attempt.remote(eid, 0)).turns
+    return [(c, t.latency_s) for c, t in zip(client, turns, strict=True)]
 
 
 # -- printing --------------------------------------------------------------------------------
@@ -389,9 +415,15 @@ def ms(parts: list[list[float]], i: int | None = None) -> str:
     return f"{med([p[i] if i is not None else sum(p) for p in parts]) * 1000:5.0f}"
 
 
+def mib(peaks: list[list[int]], i: int, how: Callable[[list[int]], float] = med) -> str:
+    return f"{how([p[i] for p in peaks]) / MIB:.0f}" if peaks else "-"
+
+
 HEADER = (
-    "kind      N way        wall s eps/min pass  PSS max PSS med RSS max  all PSS step ms\n"
-    "                                          (MiB per sandbox)       (MiB)   (median)"
+    "kind      N way        wall s eps/min pass  ep s  step ms PSS max PSS med USS med RSS max "
+    " all PSS  load\n"
+    + " " * 45
+    + "(median)     (MiB per sandbox or by-hand tree)     (MiB) (1 min)"
 )
 
 
@@ -401,15 +433,17 @@ def print_round(r: Round) -> None:
         notes.append(f"RSS for PSS of {', '.join(sorted(r.unread))}")
     print(
         f"{r.kind:8s} {r.n:2d} {r.way:9s} {r.wall_s:7.1f} {60 * r.n / r.wall_s:7.1f} "
-        f"{r.passed:2d}/{r.n:<2d} {max(r.peak_pss, default=0) / MIB:7.0f} "
-        f"{med(r.peak_pss) / MIB:7.0f} {max(r.peak_rss, default=0) / MIB:7.0f} "
-        f"{r.all_pss / MIB:8.0f} {ms(r.step_parts):>7s}  {'; '.join(notes)}",
+        f"{r.passed:2d}/{r.n:<2d} {med(r.total_s):5.1f} {ms(r.step_parts):>8s} "
+        f"{mib(r.peak, 1, max):>7s} {mib(r.peak, 1):>7s} {mib(r.peak, 2):>7s} "
+        f"{mib(r.peak, 0, max):>7s} {r.all_pss / MIB:8.0f} "
+        f"{os.getloadavg()[0]:5.0f}  {'; '.join(notes)}",
         flush=True,
     )
 
 
-def print_split(kind: str, rounds: list[Round]) -> None:
-    """Medians over the N=1 rounds: start-up, the parts of a step, end, the whole episode."""
+def print_split(kind: str, rounds: list[Round], calls: list[tuple[float, float]]) -> None:
+    """Medians over the N=1 rounds: start-up, the parts of a step, end, the whole episode; and
+    of ``calls`` (:func:`proxy_calls`)."""
     ways = {}
     for way in ("OpenForge", "by hand"):
         of = [r for r in rounds if r.way == way]
@@ -423,6 +457,20 @@ def print_split(kind: str, rounds: list[Round]) -> None:
         f"policy round trip {ms(parts, 0)} + harness side {ms(parts, 1)} | end "
         f"{med(end) * 1000:5.0f} ms | episode {med(total):5.2f} s ({len(total)} episodes)"
     )
+    if h_total:
+        print_hand(kind, (start, parts, end, total), (h_start, h_parts, h_end, h_total))
+    if calls:
+        size = len(next(r.png for r in rounds if r.png)) / 1024
+        print(
+            f"{kind:8s} one call with its {size:.0f} KiB screenshot, host to proxy: "
+            f"{ms([[c] for c, _ in calls])} ms = proxy's HTTP, JSON and image handling "
+            f"{ms([[c - p] for c, p in calls])} + policy {ms([[p] for _, p in calls])} "
+            f"(median of {len(calls)})"
+        )
+
+
+def print_hand(kind: str, stack: tuple[list[Any], ...], hand: tuple[list[Any], ...]) -> None:
+    (start, parts, end, total), (h_start, h_parts, h_end, h_total) = stack, hand
     print(
         f"{kind:8s} by hand   start-up {med(h_start) * 1000:5.0f} ms | per step {ms(h_parts)} ms: "
         f"screenshot {ms(h_parts, 0)} + encode {ms(h_parts, 1)} + action {ms(h_parts, 2)} + "
@@ -488,7 +536,7 @@ def run(
     require_bwrap()  # the episodes run isolated, as in a training run
     init_ray()
     _, pods, pids = start_pods(max([*ns, 1]))
-    pod_pss = med([tree_memory(psutil.Process(pid), set(), below=False)[1] for pid in pids])
+    pod_pss = med([tree_memory(psutil.Process(pid), set(), False)[1] for pid in pids])
     load = os.getloadavg()
     print(
         f"{psutil.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB, load "
@@ -511,14 +559,18 @@ def run(
                 add(stack_round(pods, pids, kind, 1, settle_s))
                 if 1 in hand_ns:
                     add(hand_round(kind, 1, settle_s))
-            for n in sorted({*ns, *hand_ns} - {1}):
-                if n in ns:
-                    add(stack_round(pods, pids, kind, n, settle_s))
-                if n in hand_ns:
-                    add(hand_round(kind, n, settle_s))
+            for i, n in enumerate(sorted({*ns, *hand_ns} - {1})):
+                ways = [("OpenForge", ns), ("by hand", hand_ns)][:: -1 if i % 2 else 1]
+                for way, wanted in ways:  # which goes first alternates: the load drifts
+                    if n in wanted and way == "OpenForge":
+                        add(stack_round(pods, pids, kind, n, settle_s))
+                    elif n in wanted:
+                        add(hand_round(kind, n, settle_s))
         print()
         for kind in kinds:
-            print_split(kind, [r for r in rounds if r.kind == kind and r.n == 1])
+            ones = [r for r in rounds if r.kind == kind and r.n == 1]
+            png = next((r.png for r in ones if r.png), b"")
+            print_split(kind, ones, proxy_calls(pods[0], png) if png else [])
         load = os.getloadavg()
         print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the end")
     finally:

@@ -35,7 +35,7 @@ def load() -> ModuleType:
 
 
 def test_tree_memory_counts_a_child_process_pages() -> None:
-    """A shell whose child holds 64 MiB it wrote: the tree's RSS and PSS both count them."""
+    """A shell whose child holds 64 MiB it wrote: the tree's RSS, PSS and USS all count them."""
     bench = load()
     hold = "import sys, time; b = b'x' * (64 << 20); print(flush=True); time.sleep(60)"
     shell = subprocess.Popen(
@@ -45,15 +45,15 @@ def test_tree_memory_counts_a_child_process_pages() -> None:
         assert shell.stdout is not None
         shell.stdout.readline()  # the child has written its pages
         unread: set[str] = set()
-        rss, pss = bench.tree_memory(psutil.Process(shell.pid), unread)
-        alone, _ = bench.tree_memory(psutil.Process(shell.pid), unread, below=False)
+        rss, pss, uss = bench.tree_memory(psutil.Process(shell.pid), unread)
+        alone = bench.tree_memory(psutil.Process(shell.pid), unread, below=False)[0]
     finally:
         for proc in psutil.Process(shell.pid).children(recursive=True):
             proc.kill()
         shell.kill()
         shell.wait()
     assert unread == set()
-    assert pss >= 64 * MIB and rss >= pss
+    assert uss >= 64 * MIB and pss >= uss and rss >= pss  # the 64 MiB are private
     assert alone < 16 * MIB  # the shell by itself: the child's pages are below it
 
 
@@ -70,7 +70,7 @@ def test_one_browser_episode_by_hand_and_through_openforge(ray_cluster) -> None:
     assert hand.failures == [] and hand.passed == 1
     assert len(hand.step_parts) == STEPS and all(len(p) == 4 for p in hand.step_parts)
     assert all(x >= 0 for p in hand.step_parts for x in p)
-    assert len(hand.peak_pss) == 1 and hand.peak_pss[0] > 50 * MIB  # Chromium was in the tree
+    assert len(hand.peak) == 1 and hand.peak[0][1] > 50 * MIB  # Chromium was in the tree
 
     from ray import serve
 
@@ -89,4 +89,4 @@ def test_one_browser_episode_by_hand_and_through_openforge(ray_cluster) -> None:
     assert all(policy > 0 and harness > 0 for policy, harness in stack.step_parts)
     assert stack.start_s[0] > 0 and stack.end_s[0] > 0
     # the sandbox under the pod's actor process was found and measured, Chromium in it
-    assert len(stack.peak_pss) == 1 and stack.peak_pss[0] > 50 * MIB
+    assert len(stack.peak) == 1 and stack.peak[0][1] > 50 * MIB
