@@ -147,7 +147,8 @@ class Heartbeat:
         if self._thread is not None:
             self._thread.join(timeout=5)
         if delete:
-            coord, quick = client.CoordinationV1Api(self.api), RetryPolicy(2, timeout_s=5.0)
+            coord = client.CoordinationV1Api(self.api)
+            quick = RetryPolicy(2, timeout_s=5.0, max_throttled_s=5.0)
             with contextlib.suppress(ApiException, KubeError):
                 call(coord.delete_namespaced_lease, self.name, self.namespace, policy=quick)
 

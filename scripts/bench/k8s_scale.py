@@ -97,6 +97,7 @@ def cpu_s() -> float:
 class Result:
     pods: int
     harness_pods: int = 1
+    processes: int = 1
     ready_s: float = 0.0
     total_s: float = 0.0
     ok: int = 0
@@ -136,21 +137,32 @@ class PoolFull(logging.Handler):
         self.count += "pool is full" in record.getMessage()
 
 
-def harness_pod(idx: int, n: int, url: str, kw: dict[str, Any], sync: dict[str, Any]) -> None:
-    """One HarnessPod stand-in (a forked process): ``n`` sandboxes at once, each created (then
-    the all-ready barrier), used for one exec and deleted; its figures go to ``sync['out']``."""
+def host(idx: int, hps: list[int], per_hp: int, url: str, kw: dict[str, Any],
+         sync: dict[str, Any]) -> None:  # fmt: skip
+    """HarnessPods ``hps`` (a forked process hosting them, to spread the client's CPU over a
+    few processes), ``per_hp`` sandboxes each, as if each were its own process: its own API
+    client (from ``kube_api.api_client``), token bucket, run set-up and heartbeat Lease. Every
+    sandbox is created (then the all-ready barrier), used for one exec and deleted; the
+    figures go to ``sync['out']``."""
     from forge.config import SandboxConfig
     from forge.sandboxes import kube_api, kubernetes
     from forge.sandboxes.base import SandboxSpec
 
     real_hex = secrets.token_hex
     kubernetes.secrets.token_hex = lambda k=32: TOKEN if k == 32 else real_hex(k)  # type: ignore
-    kube_api._clients.clear()
-    kube_api._buckets.clear()
     cfg = SandboxConfig.model_validate({"kubernetes": {
         "namespace": NS, "api_url": url, "agent_port": AGENT_PORT, "qps": kw["client_qps"],
         "burst": kw["client_burst"], "pod_start_timeout_s": 600}})  # fmt: skip
-    boxes = [kubernetes.KubernetesSandbox(cfg, None) for _ in range(n)]
+    boxes, labels = [], []
+    for h in hps:
+        kube_api._clients.clear()  # a client of its own, as in a process of its own
+        api = kube_api.api_client(cfg.kubernetes)
+        bucket = kube_api.TokenBucket(cfg.kubernetes.qps, cfg.kubernetes.burst)
+        for i in range(per_hp):
+            boxes.append(kubernetes.KubernetesSandbox(cfg, None, api=api, bucket=bucket))
+            labels.append({"run": "scale", "episode": f"e{h}-{i}", "attempt": "0",
+                           "pod": f"hp-{h}"})  # fmt: skip
+    n = len(boxes)
     gate, go_on, lock = threading.Barrier(n + 1), threading.Event(), threading.Lock()
     out: dict[str, Any] = {"created": [], "ok": 0, "failed": [], "threads": 0}
 
@@ -160,9 +172,7 @@ def harness_pod(idx: int, n: int, url: str, kw: dict[str, Any], sync: dict[str, 
 
     def one(i: int) -> None:
         t0 = time.perf_counter()
-        spec = SandboxSpec(labels={"run": "scale", "episode": f"e{idx}-{i}", "attempt": "0",
-                                   "pod": f"hp-{idx}"}, deadline_s=3600,
-                           proxy_tcp="127.0.0.1:1")  # fmt: skip
+        spec = SandboxSpec(labels=labels[i], deadline_s=3600, proxy_tcp="127.0.0.1:1")
         try:
             boxes[i].create(spec)
             with lock:
@@ -211,29 +221,33 @@ def calls_of(emu: EmulatorProcess) -> int:
 
 
 def run_once(pods: int, latency_ms: float, qps_limit: float, n_agents: int, client_qps: float,
-             client_burst: int, per_harness_pod: int = 125, pod_start_s: float = 0.0
-             ) -> Result:  # fmt: skip
-    """``pods`` sandboxes at once over ceil(pods / per_harness_pod) HarnessPod processes:
-    created (all ready: a barrier), one reconcile pass and one Reconciler sweep by the driver
-    (this process) at full size, then one exec each and deleted."""
+             client_burst: int, per_harness_pod: int = 1, pod_start_s: float = 0.0,
+             processes: int = 8) -> Result:  # fmt: skip
+    """``pods`` sandboxes at once, ``per_harness_pod`` to a HarnessPod, the HarnessPods spread
+    over up to ``processes`` forked processes: created (all ready: a barrier), one reconcile
+    pass and one Reconciler sweep by the driver (this process) at full size, then one exec
+    each and deleted."""
     from forge.config import KubernetesConfig
     from forge.sandboxes import kube_api, kubernetes  # noqa: F401  (imported before the forks)
     from forge.sandboxes import kube_reconcile as kr
 
     for api_class in ("CoreV1Api", "NetworkingV1Api", "CoordinationV1Api"):  # lazy imports,
         getattr(kube_api.client, api_class)  # seconds each: done once here, before the forks
+    if pods % per_harness_pod:
+        raise ValueError(f"pods ({pods}) must be a multiple of per_harness_pod")
     hps = max(1, math.ceil(pods / per_harness_pod))
-    res = Result(pods, hps)
+    nproc = min(processes, hps)
+    res = Result(pods, hps, nproc)
     ctx = multiprocessing.get_context("fork")
     with agents(n_agents) as (ips, agent_procs):
         emu = EmulatorProcess(latency_ms / 1000, qps_limit, NS, ips, pod_start_s)
         try:
-            sync = {"start": ctx.Event(), "release": ctx.Event(), "ready": ctx.Barrier(hps + 1),
+            sync = {"start": ctx.Event(), "release": ctx.Event(), "ready": ctx.Barrier(nproc + 1),
                     "out": ctx.Queue()}  # fmt: skip
             kw = {"client_qps": client_qps, "client_burst": client_burst}
-            sizes = [pods // hps + (i < pods % hps) for i in range(hps)]
-            procs = [ctx.Process(target=harness_pod, args=(i, n, emu.url, kw, sync), daemon=True)
-                     for i, n in enumerate(sizes)]  # fmt: skip
+            procs = [ctx.Process(target=host, args=(i, list(range(hps))[i::nproc], pods // hps,
+                                                    emu.url, kw, sync), daemon=True)
+                     for i in range(nproc)]  # fmt: skip
             for p in procs:
                 p.start()
             emu_cpu0 = emu.reset()
@@ -290,6 +304,13 @@ def run_once(pods: int, latency_ms: float, qps_limit: float, n_agents: int, clie
     return res
 
 
+SETUP = ("networkpolicies", "serviceaccounts", "configmaps")
+
+
+def kinds(r: Result, which: tuple[str, ...]) -> int:
+    return sum(v for (_verb, kind), v in r.calls.items() if kind in which)
+
+
 def pod_calls(r: Result) -> dict[str, float]:
     """Calls on pods per sandbox, by verb (the driver's three LIST pods taken out)."""
     out: dict[str, float] = collections.defaultdict(float)
@@ -308,7 +329,8 @@ def report(rs: list[Result], args: argparse.Namespace) -> None:
           f"1-min load now {os.getloadavg()[0]:.1f}")  # fmt: skip
     rows: list[tuple[str, list[str]]] = [
         ("sandboxes", [str(r.pods) for r in rs]),
-        ("HarnessPod processes", [str(r.harness_pods) for r in rs]),
+        ("HarnessPods (own client, bucket, Lease)", [str(r.harness_pods) for r in rs]),
+        ("processes hosting them", [str(r.processes) for r in rs]),
         ("ok (create+exec+delete)", [str(r.ok) for r in rs]),
         ("failed", [str(len(r.failed)) for r in rs]),
         ("time until all ready (s)", [f"{r.ready_s:.1f}" for r in rs]),
@@ -327,14 +349,20 @@ def report(rs: list[Result], args: argparse.Namespace) -> None:
             [str(sum(v for (_, s), v in r.status.items() if s >= 300)) for r in rs],
         ),
         ("per-run calls (ns, leases, LISTs)", [str(r.per_run) for r in rs]),
+        ("  namespace set-up calls", [str(kinds(r, SETUP)) for r in rs]),
+        ("  Lease calls (heartbeats)", [str(kinds(r, ("leases",))) for r in rs]),
+        (
+            "  Lease calls/s while the run lasted",
+            [f"{kinds(r, ('leases',)) / max(r.total_s, 1e-9):.1f}" for r in rs],
+        ),
         ("peak requests/s at server incl. 429s", [str(r.peak_qps) for r in rs]),
         ("mean API QPS while busy", [f"{r.mean_qps:.1f}" for r in rs]),
         ("429s sent (all retried)", [str(r.r429) for r in rs]),
         ("TCP connections opened", [str(r.conns) for r in rs]),
         ("connections discarded, pool full", [str(r.pool_full) for r in rs]),
         ("peak open watches", [str(r.watch_peak) for r in rs]),
-        ("peak threads per HarnessPod", [str(r.threads_peak) for r in rs]),
-        ("max RSS per HarnessPod (MiB)", [f"{r.rss_client_mb:.0f}" for r in rs]),
+        ("peak threads per hosting process", [str(r.threads_peak) for r in rs]),
+        ("max RSS per hosting process (MiB)", [f"{r.rss_client_mb:.0f}" for r in rs]),
         ("backend CPU, all HarnessPods (s)", [f"{r.cpu_client_s:.1f}" for r in rs]),
         ("backend CPU per sandbox (ms)", [f"{1000 * r.cpu_client_s / r.pods:.1f}" for r in rs]),
         ("kmock CPU (s)", [f"{r.cpu_emulator_s:.1f}" for r in rs]),
@@ -367,7 +395,8 @@ def main(argv: list[str] | None = None) -> list[Result]:
     p.add_argument("--latency-ms", type=float, default=10.0)
     p.add_argument("--qps-limit", type=float, default=50.0)
     p.add_argument("--agents", type=int, default=8)
-    p.add_argument("--per-harness-pod", type=int, default=125)
+    p.add_argument("--per-harness-pod", type=int, default=1, help="sandboxes a HarnessPod")
+    p.add_argument("--processes", type=int, default=8, help="processes hosting HarnessPods")
     p.add_argument("--client-qps", type=float, default=10.0)
     p.add_argument("--client-burst", type=int, default=20)
     p.add_argument("--pod-start-s", type=float, default=2.0, help="kubelet start, +-50%%")
@@ -378,7 +407,8 @@ def main(argv: list[str] | None = None) -> list[Result]:
     for n in sizes:  # the table so far after each size
         print(f"running {n} sandboxes ...", flush=True)
         rs.append(run_once(n, args.latency_ms, args.qps_limit, args.agents, args.client_qps,
-                           args.client_burst, args.per_harness_pod, args.pod_start_s))  # fmt: skip
+                           args.client_burst, args.per_harness_pod, args.pod_start_s,
+                           args.processes))  # fmt: skip
         report(rs, args)
     return rs
 
