@@ -47,6 +47,28 @@ class CollectionStalled(RuntimeError):
     """No attempt settled for ``rollout.stall_timeout_s``; the message says what is waited for."""
 
 
+def placement_warnings(
+    config: RunConfig, placed: dict[str, dict[str, Any]], nodes: list[dict[str, Any]]
+) -> list[str]:
+    """What may keep an actor from running where it must: a kind no live node fits (the
+    autoscaler may yet add one), or, on a cluster of several nodes, a CUDA device with no GPU
+    asked for (Ray may then place the actor on a node without one)."""
+    lines = unplaceable(placed, nodes)
+    if sum(1 for n in nodes if n.get("Alive")) > 1:
+        engine = config.policy.engine
+        cuda = {
+            "trainer": config.trainer.device.startswith("cuda"),
+            "policy": engine.name == "vllm" or engine.device.startswith("cuda"),
+        }
+        lines += [
+            f"placement.{kind}: it runs on CUDA but asks for no GPU; on a cluster of several "
+            f"nodes it may land on one without a GPU (set placement.{kind}.num_gpus)"
+            for kind, on_cuda in cuda.items()
+            if on_cuda and not placed[kind]["num_gpus"]
+        ]
+    return lines
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
     ckpts = [p for p in (run_dir / "checkpoints").glob("step_*") if (p / STATE_FILE).exists()]
     return max(ckpts, key=lambda p: int(p.name.split("_")[1]), default=None)
@@ -80,7 +102,7 @@ class Run:
             + r.max_pods * placed["harness_pod"]["num_cpus"]
         )
         mode = init_ray(num_cpus=max(os.cpu_count() or 1, int(needed) + 1))
-        for line in unplaceable(placed, ray.nodes()):  # the autoscaler may add such a node
+        for line in placement_warnings(config, placed, ray.nodes()):
             print(f"[forge] warning: {line}", file=sys.stderr, flush=True)
         reaped = reap_sandboxes(config.sandbox, config.name)
         self.reconciler: Any = None  # kubernetes: reaps orphaned pods while the run lasts

@@ -120,3 +120,19 @@ def test_unplaceable_names_the_kinds_no_node_can_take() -> None:
     lines = unplaceable({"harness_pod": pod, "trainer": trainer}, [head, gpu, cpu])
     assert len(lines) == 1 and lines[0].startswith("placement.harness_pod:"), lines
     assert "harness_pod" in lines[0] and "2 alive" in lines[0]
+
+
+def test_the_driver_warns_of_cuda_actors_that_ask_for_no_gpu() -> None:
+    from forge.driver import placement_warnings
+
+    head = _node({"CPU": 8.0}, {"openforge/node": "head"})
+    gpu = _node({"CPU": 48.0, "GPU": 4.0}, {"openforge/node": "gpu"})
+    config = load_config(None, ["trainer.device=cuda", "policy.engine.device=cuda"])
+    placed = {k: config.actor_options(k) for k in KINDS}
+    assert placement_warnings(config, placed, [gpu]) == []  # one machine: it has the GPU
+    lines = placement_warnings(config, placed, [head, gpu])
+    assert [line.split(":")[0] for line in lines] == ["placement.trainer", "placement.policy"]
+    asks = ["placement.trainer.num_gpus=1", "policy.num_gpus=1"]
+    config = load_config(None, ["trainer.device=cuda", "policy.engine.device=cuda", *asks])
+    placed = {k: config.actor_options(k) for k in KINDS}
+    assert placement_warnings(config, placed, [head, gpu]) == []
