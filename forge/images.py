@@ -65,6 +65,7 @@ GUI_PACKAGES = (  # the browser and desktop harnesses and their tasks' X applica
     "stterm",
     "imagemagick",  # import: the desktop harness's screenshots
     "fonts-dejavu-core",
+    "libatomic1",  # Playwright's Node driver links it
 )
 GUI_HARNESSES = frozenset({"browser", "desktop", "browser-use"})
 """Harnesses whose images build on ``openforge/gui`` (Chromium or an X display inside)."""
