@@ -49,8 +49,10 @@ def setup_namespace(
     """What a run needs in ``namespace`` before its first sandbox: its NetworkPolicy, the
     sandbox ServiceAccount (created when missing, if the run may: else KubeForbidden saying to
     apply :func:`~forge.sandboxes.kube_manifests.cluster_manifests`) and, with ``owner``, the
-    run's ConfigMap. Idempotent (AlreadyExists is fine). Returns the ownerReference for the
-    run's pods, or None."""
+    run's ConfigMap. Idempotent (AlreadyExists is fine). The NetworkPolicy is posted by every
+    caller (it is the sandboxes' isolation: one deleted is made again); the rest is skipped when
+    the ConfigMap, made last, exists already. Returns the ownerReference for the run's pods,
+    or None."""
     core, net = client.CoreV1Api(api), client.NetworkingV1Api(api)
     netpol = km.network_policy(
         namespace,
@@ -62,6 +64,12 @@ def setup_namespace(
         proxy_cidrs=proxy_cidrs,
     )
     call_unless((409,), net.create_namespaced_network_policy, namespace, netpol, policy=policy)
+    cm = km.run_configmap(namespace, run)
+    if owner:  # made last: when it exists, so does the rest (2 calls a HarnessPod, not 4)
+        made = call_unless((404,), core.read_namespaced_config_map, cm["metadata"]["name"],
+                           namespace, policy=policy)  # fmt: skip
+        if made is not None:
+            return km.owner_reference({"apiVersion": "v1", "kind": "ConfigMap", **made})
     sa = call_unless(
         (404,), core.read_namespaced_service_account, service_account, namespace, policy=policy
     )
@@ -70,7 +78,6 @@ def setup_namespace(
         call_unless((409,), core.create_namespaced_service_account, namespace, body, policy=policy)
     if not owner:
         return None
-    cm = km.run_configmap(namespace, run)
     made = call_unless((409,), core.create_namespaced_config_map, namespace, cm, policy=policy)
     if made is None:
         name = cm["metadata"]["name"]
@@ -106,6 +113,7 @@ class Heartbeat:
     clock: Callable[[], float] = time.time
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    _created: bool = False
 
     @property
     def name(self) -> str:
@@ -115,6 +123,15 @@ class Heartbeat:
         coord, now = client.CoordinationV1Api(self.api), micro_time(self.clock())
         body = {"spec": {"renewTime": now, "leaseDurationSeconds": int(self.ttl_s)}}
         try:
+            if not self._created:  # a new HarnessPod's Lease is not there yet: one call, not 2
+                lease = km.heartbeat_lease(
+                    self.namespace, self.run, self.pod, now, int(self.ttl_s), self.owner
+                )
+                made = call_unless((409,), coord.create_namespaced_lease, self.namespace, lease,
+                                   policy=self.policy)  # fmt: skip
+                self._created = True
+                if made is not None:
+                    return True
             renewed = call_unless(
                 (404,), coord.patch_namespaced_lease, self.name, self.namespace, body,
                 policy=self.policy,

@@ -16,7 +16,8 @@ so its CPU time is reported apart from the backend's.
 
     .venv/bin/python scripts/bench/k8s_scale.py [--sizes 100,300,1000] [--quick]
         [--latency-ms 10] [--qps-limit 50] [--agents 8] [--per-harness-pod 125]
-        [--client-qps 10 --client-burst 20] [--pod-start-s 2]
+        [--client-qps 10 --client-burst 20] [--pod-start-s 2] [--per-harness-pod 1]
+        [--processes 8] [--heartbeat-s 10]
 """
 
 from __future__ import annotations
@@ -152,7 +153,8 @@ def host(idx: int, hps: list[int], per_hp: int, url: str, kw: dict[str, Any],
     kubernetes.secrets.token_hex = lambda k=32: TOKEN if k == 32 else real_hex(k)  # type: ignore
     cfg = SandboxConfig.model_validate({"kubernetes": {
         "namespace": NS, "api_url": url, "agent_port": AGENT_PORT, "qps": kw["client_qps"],
-        "burst": kw["client_burst"], "pod_start_timeout_s": 600}})  # fmt: skip
+        "burst": kw["client_burst"], "pod_start_timeout_s": 600,
+        "heartbeat_s": kw["heartbeat_s"]}})  # fmt: skip
     boxes, labels = [], []
     for h in hps:
         kube_api._clients.clear()  # a client of its own, as in a process of its own
@@ -222,7 +224,7 @@ def calls_of(emu: EmulatorProcess) -> int:
 
 def run_once(pods: int, latency_ms: float, qps_limit: float, n_agents: int, client_qps: float,
              client_burst: int, per_harness_pod: int = 1, pod_start_s: float = 0.0,
-             processes: int = 8) -> Result:  # fmt: skip
+             processes: int = 8, heartbeat_s: float = 10.0) -> Result:  # fmt: skip
     """``pods`` sandboxes at once, ``per_harness_pod`` to a HarnessPod, the HarnessPods spread
     over up to ``processes`` forked processes: created (all ready: a barrier), one reconcile
     pass and one Reconciler sweep by the driver (this process) at full size, then one exec
@@ -244,7 +246,8 @@ def run_once(pods: int, latency_ms: float, qps_limit: float, n_agents: int, clie
         try:
             sync = {"start": ctx.Event(), "release": ctx.Event(), "ready": ctx.Barrier(nproc + 1),
                     "out": ctx.Queue()}  # fmt: skip
-            kw = {"client_qps": client_qps, "client_burst": client_burst}
+            kw = {"client_qps": client_qps, "client_burst": client_burst,
+                  "heartbeat_s": heartbeat_s}  # fmt: skip
             procs = [ctx.Process(target=host, args=(i, list(range(hps))[i::nproc], pods // hps,
                                                     emu.url, kw, sync), daemon=True)
                      for i in range(nproc)]  # fmt: skip
@@ -324,7 +327,8 @@ def pod_calls(r: Result) -> dict[str, float]:
 def report(rs: list[Result], args: argparse.Namespace) -> None:
     print(f"\nkmock latency {args.latency_ms} ms (+-50%), server limit {args.qps_limit} QPS "
           f"(429 Retry-After 1), client bucket qps={args.client_qps} burst={args.client_burst} "
-          f"per HarnessPod process, pods start after {args.pod_start_s} s (+-50%), "
+          f"per HarnessPod, Lease renewed every {args.heartbeat_s} s, pods start after "
+          f"{args.pod_start_s} s (+-50%), "
           f"{args.agents} real agents; {os.cpu_count()} CPUs, "
           f"1-min load now {os.getloadavg()[0]:.1f}")  # fmt: skip
     rows: list[tuple[str, list[str]]] = [
@@ -397,6 +401,7 @@ def main(argv: list[str] | None = None) -> list[Result]:
     p.add_argument("--agents", type=int, default=8)
     p.add_argument("--per-harness-pod", type=int, default=1, help="sandboxes a HarnessPod")
     p.add_argument("--processes", type=int, default=8, help="processes hosting HarnessPods")
+    p.add_argument("--heartbeat-s", type=float, default=10.0, help="each Lease's renewal")
     p.add_argument("--client-qps", type=float, default=10.0)
     p.add_argument("--client-burst", type=int, default=20)
     p.add_argument("--pod-start-s", type=float, default=2.0, help="kubelet start, +-50%%")
@@ -408,7 +413,7 @@ def main(argv: list[str] | None = None) -> list[Result]:
         print(f"running {n} sandboxes ...", flush=True)
         rs.append(run_once(n, args.latency_ms, args.qps_limit, args.agents, args.client_qps,
                            args.client_burst, args.per_harness_pod, args.pod_start_s,
-                           args.processes))  # fmt: skip
+                           args.processes, args.heartbeat_s))  # fmt: skip
         report(rs, args)
     return rs
 
