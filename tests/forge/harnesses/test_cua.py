@@ -1,0 +1,103 @@
+"""The cua harness: the Cua agent (PyPI ``cua-agent``, unmodified) on a desktop task end to end
+in an isolated sandbox under the real services launcher (Xvfb, openbox, xedit), its UI-TARS
+loop answered by a scripted chat endpoint; and the adapter."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forge.harnesses import get_harness
+from forge.harnesses.cua import PACKAGE, RUNNER, CuaHarness
+from forge.harnesses.desktop_display import missing_tools
+from forge.harnesses.install import PACKAGES
+from forge.sandboxes import services
+from forge.sandboxes.base import SandboxSpec
+from forge.sandboxes.local import LocalSandbox
+from rewards import verify
+from tasks import load_suite
+from tests.forge.harnesses.helpers import attempt_ctx
+from tests.forge.harnesses.test_react import needs_bwrap, ok, reply
+from tests.forge.httpstub import StubServer
+
+PREFIX = "/episodes/e1/attempts/0/v1"
+# xedit_append_item's reference solution in UI-TARS's action format (points on a 0..1000 grid)
+REPLIES = [
+    "Thought: The list ends with bread; I click below it.\nAction: click(start_box='(501,835)')",
+    "Thought: Now the new item.\nAction: type(content='- milk\\n')",
+    "Thought: Save the file.\nAction: click(start_box='(105,69)')",
+    "Thought: Saved.\nAction: finished(content='saved')",
+]
+
+
+def test_adapter() -> None:
+    harness = get_harness("cua", temperature=0.5, keep_screenshots=2)
+    assert isinstance(harness, CuaHarness) and harness.protocol == "chat"
+    ctx = attempt_ctx(extra={"screen": "640x480"}, max_turns=9)
+    env = harness.env(ctx)
+    assert env["OPENAI_BASE_URL"] == ctx.base_url and env["FORGE_MAX_TURNS"] == "9"
+    assert env["FORGE_CUA_MODEL"] == "hosted_vllm/ui-tars" and env["FORGE_TEMPERATURE"] == "0.5"
+    assert env["FORGE_KEEP_SCREENSHOTS"] == "2" and env["PYTHONPATH"] == PACKAGE
+    assert env["FORGE_SCREEN"] == "640x480"
+    assert harness.command(ctx) == ["python3", RUNNER, ctx.instruction]
+    with pytest.raises(ValueError, match=r"harness_options\.model"):
+        CuaHarness(model="ui-tars")
+    with pytest.raises(ValueError, match=r"harness_options\.keep_screenshots"):
+        CuaHarness(keep_screenshots=0)
+
+
+@pytest.mark.slow
+@needs_bwrap
+@pytest.mark.skipif(bool(missing_tools()), reason=f"GUI tools missing: {missing_tools()}")
+@pytest.mark.skipif(not PACKAGES["cua"].installed(), reason="forge harness install cua")
+def test_cua_edits_and_saves_in_isolated_sandbox(tmp_path: Path) -> None:
+    """xedit_append_item end to end: Cua's UI-TARS loop parses each reply, the runner's
+    computer acts on the sandbox's Xvfb, and the verifier passes on the file xedit saved."""
+    task = next(t for t in load_suite("desktop") if t.id == "xedit_append_item")
+    replies = list(REPLIES)
+
+    def handler(method: str, path: str, headers: dict[str, str], body: Any) -> Any:
+        if method == "POST" and path == f"{PREFIX}/chat/completions" and replies:
+            return ok(reply(replies.pop(0)))
+        return 500, {"error": f"unexpected {method} {path}"}, {}
+
+    stub = StubServer(handler, str(tmp_path / "p.sock"))
+    harness = CuaHarness()
+    sb = LocalSandbox(root=tmp_path / "sb", isolation="required")
+    try:
+        sb.create(
+            SandboxSpec(
+                labels={"run": "t"},
+                ro_mounts={**harness.ro_mounts(), **services.mounts(task)},
+                proxy_socket=stub.address,
+            )
+        )
+        for path, content in task.files.items():
+            sb.put_file(path, content)
+        ctx = attempt_ctx(
+            base_url=f"http://{sb.proxy_host_port()}{PREFIX}",
+            workspace=sb.workspace,
+            paths=sb.path_map(),
+            extra=services.gui_extra(task),
+            instruction=task.instruction,
+            max_turns=6,
+        )
+        command = services.wrap(task, ctx, harness.command(ctx))
+        result = sb.exec(command, 150, env=harness.env(ctx))
+        assert result.exit_code == 0, result.stderr[-3000:]
+        summary = CuaHarness.summary(result)
+        assert summary == {"final_answer": "saved", "turns": 4, "stop": "done", "actions": 3}, (
+            result.stdout[-3000:],
+            result.stderr[-3000:],
+        )
+        assert verify(task.verifier, sb, "").reward == 1.0
+    finally:
+        sb.destroy()
+        stub.close()
+    bodies = [r[3] for r in stub.requests]
+    assert len(bodies) == 4 and all(b["model"] == "ui-tars" for b in bodies)
+    # each request carries the latest screenshot as a PNG data URL
+    last = bodies[-1]["messages"][-1]["content"]
+    assert any(p.get("type") == "image_url" for p in last if isinstance(p, dict))
