@@ -327,6 +327,14 @@ def unreachable_proxy(proxy_host: str, s: KubernetesConfig) -> None:
 
 
 def reconciler(config: SandboxConfig, run: str, interval_s: float = 30.0) -> kr.Reconciler:
-    """The driver's reconcile loop for ``run`` (not started)."""
+    """The driver's reconcile loop for ``run`` (not started). The driver calls it before any
+    HarnessPod starts, so it also sets the run up in the namespace first: the HarnessPods then
+    find the run's ConfigMap (2 calls each; 4-5 each when a thousand start at once on an
+    empty namespace, as k8s_scale measured). A failure here only leaves that to them."""
     s = config.kubernetes
-    return kr.Reconciler(api_client(s), s.namespace, run, interval_s=interval_s)
+    api = api_client(s)
+    try:
+        ensure_run(api, s, run, None)
+    except Exception as e:
+        log.warning("setting run %s up in %s: %s (each HarnessPod will)", run, s.namespace, e)
+    return kr.Reconciler(api, s.namespace, run, interval_s=interval_s)

@@ -4,12 +4,13 @@ Real: forge's ``KubernetesSandbox`` (create -> watch -> agent ready -> exec -> d
 token bucket and retry policy, the official ``kubernetes`` client from ``api_client``, the
 driver's reconcile pass, kmock (an emulated API server, tests/forge/sandboxes/kube_scale.py) and
 a handful of real sandbox agents (``forge/sandboxes/agent.py``, one process each) on distinct
-loopback IPs. The sandboxes are spread over HarnessPod stand-ins: one forked process per
-``--per-harness-pod`` sandboxes, each with its own process-wide client, token bucket and
-heartbeat Lease, as HarnessPods are on a cluster. Stood in: the kubelet (no container: each new
-pod is patched Running with the IP of one of the real agents, round-robin; exempt from latency
-and limit and not counted, as a cluster's kubelets are many and in their own APF priority
-level); the per-pod agent token (one shared token so a few agents serve many pods); the API
+loopback IPs. The sandboxes belong to HarnessPods (``--per-harness-pod`` each; 1, as in the
+design), each with its own API client, token bucket, run set-up and heartbeat Lease, as if in
+a process of its own; a few forked processes (``--processes``) host them. Stood in: the
+kubelet (no container: each new pod is patched Running, ``--pod-start-s`` +-50% after its
+creation, with the IP of one of the real agents, round-robin; exempt from latency and limit and
+not counted, as a cluster's kubelets are many and in their own APF priority level); the
+per-pod agent token (one shared token so a few agents serve many pods); the API
 server's latency (``--latency-ms``, jittered +-50%) and its rate limit (``--qps-limit`` a
 second, beyond it 429 with ``Retry-After: 1``; watches exempt). kmock runs in its own process,
 so its CPU time is reported apart from the backend's.
@@ -229,8 +230,8 @@ def run_once(pods: int, latency_ms: float, qps_limit: float, n_agents: int, clie
     over up to ``processes`` forked processes: created (all ready: a barrier), one reconcile
     pass and one Reconciler sweep by the driver (this process) at full size, then one exec
     each and deleted."""
-    from forge.config import KubernetesConfig
-    from forge.sandboxes import kube_api, kubernetes  # noqa: F401  (imported before the forks)
+    from forge.config import KubernetesConfig, SandboxConfig
+    from forge.sandboxes import kube_api, kubernetes  # imported before the forks
     from forge.sandboxes import kube_reconcile as kr
 
     for api_class in ("CoreV1Api", "NetworkingV1Api", "CoordinationV1Api"):  # lazy imports,
@@ -253,6 +254,9 @@ def run_once(pods: int, latency_ms: float, qps_limit: float, n_agents: int, clie
                      for i in range(nproc)]  # fmt: skip
             for p in procs:
                 p.start()
+            driver_cfg = KubernetesConfig(namespace=NS, api_url=emu.url)
+            kubernetes.reconciler(SandboxConfig(kubernetes=driver_cfg), "scale")  # sets it up
+            kubernetes.shutdown()  # (forgets it: each HarnessPod is a process of its own)
             emu_cpu0 = emu.reset()
             agents_cpu0 = sum(sum(psutil.Process(p.pid).cpu_times()[:2]) for p in agent_procs)
             t0 = time.perf_counter()
@@ -260,7 +264,7 @@ def run_once(pods: int, latency_ms: float, qps_limit: float, n_agents: int, clie
             sync["ready"].wait(WAIT_S)
             res.ready_s = time.perf_counter() - t0
             res.load = os.getloadavg()[0]
-            api = kube_api.api_client(KubernetesConfig(namespace=NS, api_url=emu.url))
+            api = kube_api.api_client(driver_cfg)
             api.user_agent = DRIVER_UA  # its calls counted apart from the HarnessPods'
             before, ts, c0 = calls_of(emu), time.perf_counter(), cpu_s()
             kr.reap_pods(api, NS, "scale", orphans_only=True)
