@@ -76,6 +76,10 @@ class ReplayBuffer:
 
     def _write(self, f: Any, record: dict[str, Any]) -> None:
         f.write(json.dumps(record) + "\n")
+        self._sync(f)
+
+    @staticmethod
+    def _sync(f: Any) -> None:
         f.flush()
         os.fsync(f.fileno())
 
@@ -83,15 +87,11 @@ class ReplayBuffer:
 
     def dispatched(self, group_id: str, episode_id: str, attempt: int) -> None:
         """An attempt of a training group has started (before it can reach any record)."""
-        self._write(
-            self._journal,
-            {
-                "event": "dispatched",
-                "group_id": group_id,
-                "episode_id": episode_id,
-                "attempt": attempt,
-            },
-        )
+        self.record([("dispatched", group_id, episode_id, attempt)])
+
+    def _journal_dispatched(self, group_id: str, episode_id: str, attempt: int) -> None:
+        line = {"event": "dispatched", "group_id": group_id, "episode_id": episode_id}
+        self._journal.write(json.dumps({**line, "attempt": attempt}) + "\n")
         self._open_attempts[(episode_id, attempt)] = group_id
         self._open_groups.add(group_id)
 
@@ -153,6 +153,7 @@ class ReplayBuffer:
     def _interrupt(self) -> None:
         """Record every attempt still open as failed (``interrupted``), then every group still
         open as dropped (``interrupted``)."""
+        events: list[tuple[Any, ...]] = []
         for (episode_id, attempt), group_id in sorted(self._open_attempts.items()):
             ep = Episode(
                 episode_id=episode_id,
@@ -163,45 +164,88 @@ class ReplayBuffer:
                 status="failed",
                 failure=INTERRUPTED,
             )
-            self.log_failure(ep, group_id, INTERRUPTED)
-            self.counts["attempts_interrupted"] += 1
-        for group_id in sorted(self._open_groups):
-            self.drop([], group_id, INTERRUPTED)
-            self.counts["groups_interrupted"] += 1
+            events.append(("failure", ep, group_id, INTERRUPTED))
+        events += [("drop", [], group_id, INTERRUPTED) for group_id in sorted(self._open_groups)]
+        self.counts["attempts_interrupted"] += len(self._open_attempts)
+        self.counts["groups_interrupted"] += len(self._open_groups)
+        self.record(events)
 
     # -- records --------------------------------------------------------------------------------
 
+    def record(self, events: list[tuple[Any, ...]]) -> int:
+        """Many records in one call, in order (the Scheduler sends what it owes the buffer this
+        way, not one call per attempt); returns the buffer size. Each event is one of
+        ``("dispatched", group_id, episode_id, attempt)``, ``("put", episodes, group_id)``,
+        ``("drop", episodes, group_id, reason)`` or ``("failure", episode, group_id, reason)``.
+
+        The records are written, then each file they went to is synced once; only then does
+        the journal note them (with the ``dispatched`` lines, in event order; synced once), and
+        only then can the put groups be sampled."""
+        arity = {"dispatched": 4, "put": 3, "drop": 4, "failure": 4}
+        for i, event in enumerate(events):
+            if not isinstance(event, tuple | list) or arity.get(event[0]) != len(event):
+                raise ValueError(f"events[{i}]: not a record event ({str(event)[:200]})")
+        notes: list[tuple[Any, ...]] = []
+        written: set[Any] = set()
+        groups: list[tuple[int, list[Episode], str]] = []
+        for event in events:
+            kind = event[0]
+            if kind == "dispatched":
+                notes.append(event)
+                continue
+            if kind == "put":
+                _, group, group_id = event
+                f, reason = self._episodes, None
+                records = [{"group_id": group_id, **ep.to_dict()} for ep in group]
+                lines = records
+                groups.append((group_version(group), group, group_id))
+                self.counts["episodes_written"] += len(group)
+                self.counts["groups_in"] += 1
+            elif kind == "drop":
+                _, group, group_id, reason = event
+                f, records = self._dropped, [e.to_dict() for e in group]
+                lines = [{"group_id": group_id, "reason": reason, "episodes": records}]
+                self.counts["groups_dropped"] += 1
+                self.counts["episodes_dropped"] += len(group)
+            else:
+                _, episode, group_id, reason = event
+                group = [episode]
+                f = self._failures
+                records = lines = [{"group_id": group_id, "reason": reason, **episode.to_dict()}]
+                self.counts["attempts_failed"] += 1
+            self.counts["images_written"] += write_images(self.dir, group)  # before the records
+            for line in lines:
+                f.write(json.dumps(line) + "\n")
+            written.add(f)
+            notes.append(("recorded", group_id, records, kind != "failure"))
+        for f in written:
+            self._sync(f)
+        for note in notes:
+            if note[0] == "dispatched":
+                self._journal_dispatched(*note[1:])
+            else:
+                self._recorded(*note[1:])
+        if any(note[0] == "dispatched" for note in notes):
+            self._sync(self._journal)
+        if groups:
+            import ray
+
+            for version, group, group_id in groups:
+                self._groups.append((version, [ray.put(group)], group_id))
+            self._arrived.set()
+        return len(self._groups)
+
     def put(self, group: list[Episode], group_id: str) -> int:
         """Store a finished group; returns the buffer size. Episodes reach disk first."""
-        import ray
-
-        self.counts["images_written"] += write_images(self.dir, group)  # before their records
-        records = [{"group_id": group_id, **ep.to_dict()} for ep in group]
-        for record in records:
-            self._write(self._episodes, record)
-        self._recorded(group_id, records, closed=True)
-        self.counts["episodes_written"] += len(group)
-        self.counts["groups_in"] += 1
-        self._groups.append((group_version(group), [ray.put(group)], group_id))
-        self._arrived.set()
-        return len(self._groups)
+        return self.record([("put", group, group_id)])
 
     def drop(self, group: list[Episode], group_id: str, reason: str) -> None:
         """A group that will not be trained on (a failure outlived its retries): logged, counted."""
-        self.counts["images_written"] += write_images(self.dir, group)
-        record = {"group_id": group_id, "reason": reason, "episodes": [e.to_dict() for e in group]}
-        self._write(self._dropped, record)
-        self._recorded(group_id, record["episodes"], closed=True)
-        self.counts["groups_dropped"] += 1
-        self.counts["episodes_dropped"] += len(group)
+        self.record([("drop", group, group_id, reason)])
 
     def log_failure(self, episode: Episode, group_id: str, reason: str) -> None:
         """A failed attempt (retried, or part of a dropped group): on disk with its reason."""
-        self.counts["images_written"] += write_images(self.dir, [episode])
-        record = {"group_id": group_id, "reason": reason, **episode.to_dict()}
-        self._write(self._failures, record)
-        self._recorded(group_id, [record], closed=False)
-        self.counts["attempts_failed"] += 1
+        self.record([("failure", episode, group_id, reason)])
 
     def _evict_stale(self, trainer_version: int) -> None:
         keep = deque()

@@ -25,6 +25,13 @@ Invariants:
    episodes of groups cut short to the buffer's dropped log (reason ``interrupted``).
 8. Tasks are drawn in a seeded order from a cursor; a resumed run passes the cursor it saved,
    so it does not replay the same tasks.
+
+Throughput (``scripts/bench/scheduler_throughput.py``): an attempt costs one actor call, the
+pod's. Each pass of the dispatch loop lends pods to every queued attempt it can, sends the
+buffer everything it is owed in one call (:class:`actors.attempts.Outbox`: the new attempts'
+journal records first, then they start), and the pod calls' futures settle their attempts by
+callback (no task or timer per attempt; a sweep times out calls past ``attempt_timeout_s``).
+Settles between passes are batched by the next pass; metric increments are summed.
 """
 
 from __future__ import annotations
@@ -34,9 +41,10 @@ import logging
 import random
 import time
 import uuid
+from collections import deque
 from typing import Any
 
-from actors.attempts import POD_SUSPECT, Attempt, Group, add, infra_reason
+from actors.attempts import POD_SUSPECT, Attempt, Group, Ledger, Outbox, outcome
 from actors.harness_pod import HarnessPod
 from actors.pod_pool import Pod, PodPool
 from forge import metrics
@@ -44,6 +52,8 @@ from forge.config import RunConfig
 from forge.types import Episode
 
 log = logging.getLogger(__name__)
+SWEEP_S = 0.25  # how often in-flight attempts are checked against attempt_timeout_s
+RETIRE_S = 0.25  # how often idle pods beyond min_pods are looked for
 
 
 class Scheduler:
@@ -60,6 +70,7 @@ class Scheduler:
         self.rollout = self.config.rollout
         self.policy = policy
         self.buffer = buffer
+        self.outbox = Outbox(buffer)  # the buffer's records, many per actor call
         self.pool = PodPool(self.config, policy, pod_cls)  # pod_cls: benchmarks simulate pods
         if not tasks:
             raise ValueError("tasks: the suite is empty")
@@ -67,35 +78,20 @@ class Scheduler:
         random.Random(self.rollout.seed).shuffle(self._order)
         self.cursor = cursor  # tasks drawn so far (saved in checkpoints)
         self._budget = 0
-        self._pending: list[Attempt] = []
+        self._pending: deque[Attempt] = deque()
         self._groups: dict[str, Group] = {}
-        self._running: dict[asyncio.Task[None], Attempt] = {}
-        self._settled_keys: set[tuple[str, int, int]] = set()
+        self._running: dict[asyncio.Future[Any], tuple[Attempt, Pod]] = {}
+        self._replacing: set[asyncio.Task[None]] = set()  # suspect pods being replaced
         self._wake = asyncio.Event()
         self._settled = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None
         self._stopping = False
+        self._next_sweep = self._next_retire = 0.0
         self.version = 0
         self.last_progress = time.monotonic()
         self.last_loop_error: str | None = None
-        self.counts: dict[str, int] = {
-            "groups_started": 0,
-            "groups_buffered": 0,
-            "groups_dropped": 0,
-            "groups_interrupted": 0,
-            "attempts_dispatched": 0,
-            "attempts_ok": 0,
-            "attempts_failed": 0,
-            "attempts_retried": 0,
-            "attempts_truncated": 0,
-            "segments": 0,
-            "loop_errors": 0,
-            "settle_errors": 0,
-        }
-        self.failures: dict[str, int] = {}
-        self.truncations: dict[str, int] = {}
-        self.resets: dict[str, int] = {}
-        self.tokens = 0
+        self.ledger = Ledger(self.config.name)  # counts and metrics of settled attempts
+        self.counts = self.ledger.counts
 
     # -- control (called by the driver) -------------------------------------------------------
 
@@ -111,7 +107,8 @@ class Scheduler:
         self._wake.set()
 
     async def wait_settled(self, groups: int, timeout_s: float | None = None) -> dict[str, int]:
-        """Wait until ``groups`` training groups in all have been buffered or dropped."""
+        """Wait until ``groups`` training groups in all have been buffered or dropped; the
+        records of those settled so far have reached the buffer when this returns."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while self.counts["groups_buffered"] + self.counts["groups_dropped"] < groups:
             if deadline is not None and time.monotonic() > deadline:
@@ -121,6 +118,10 @@ class Scheduler:
                 await asyncio.wait_for(self._settled.wait(), 1.0)
             except TimeoutError:
                 pass
+        try:
+            await self._flush()
+        except Exception as e:  # the buffer is gone: the loop reports it too
+            log.warning("sending the buffer its records: %r", e)
         return {k: self.counts[k] for k in ("groups_buffered", "groups_dropped")}
 
     def set_version(self, version: int) -> None:
@@ -136,17 +137,17 @@ class Scheduler:
             **self.counts,
             **self.pool.counts,
             "pods_failed_start": self.pool.failed_starts,
-            "failures": dict(self.failures),
-            "truncations": dict(self.truncations),
-            "resets": dict(self.resets),
+            **self.ledger.reasons(),
             "pods": len(self.pool.pods),
             "queue": len(self._pending),
-            "in_flight": len(self._running),
+            "in_flight": len(self._running) + len(self._replacing),
             "budget": self._budget,
             "groups_open": sum(1 for g in self._groups.values() if g.result is None),
-            "sampled_tokens": self.tokens,
+            "sampled_tokens": self.ledger.tokens,
             "cursor": self.cursor,
             "idle_s": time.monotonic() - self.last_progress,
+            "buffer_calls": self.outbox.calls,
+            "buffer_records_lost": self.outbox.lost,
         }
 
     def stall_report(self) -> str:
@@ -158,7 +159,8 @@ class Scheduler:
             f"{len(self.pool.pods)} pod(s) ({sum(p.busy for p in self.pool.pods)} busy), "
             f"budget {self._budget} group(s)"
         ]
-        for a in sorted(self._running.values(), key=lambda a: a.started)[:10]:
+        running = sorted((a for a, _ in self._running.values()), key=lambda a: a.started)
+        for a in running[:10]:
             lines.append(
                 f"  in flight: {a.episode_id} attempt {a.number} of task "
                 f"{a.group.task.get('id')} on {a.pod} for {now - a.started:.0f}s"
@@ -197,9 +199,14 @@ class Scheduler:
         self._stopping = True
         if self._loop:
             self._loop.cancel()
-        for task in list(self._running):
+        running, self._running = self._running, {}
+        for future, (attempt, _) in running.items():
+            future.remove_done_callback(self._collected)
+            future.cancel()
+            attempt.group.running -= 1
+        for task in self._replacing:
             task.cancel()
-        await asyncio.gather(*self._running, return_exceptions=True)
+        await asyncio.gather(*self._replacing, return_exceptions=True)
         await self.pool.close()
         # Groups cut short: their finished episodes go to disk as dropped ("interrupted").
         for group in list(self._groups.values()):
@@ -209,8 +216,16 @@ class Scheduler:
             elif group.episodes:
                 episodes = [group.episodes[s] for s in sorted(group.episodes)]
                 self.counts["groups_interrupted"] += 1
-                await self.buffer.drop.remote(episodes, group.group_id, "interrupted")
+                self.outbox.drop(episodes, group.group_id, "interrupted")
+        await self._flush()
         return self.stats()
+
+    async def _flush(self) -> None:
+        """Send the buffer what it is owed and wait until it has it; flush the metrics."""
+        self.ledger.tally.flush()
+        sent = self.outbox.send()
+        if sent is not None:
+            await sent
 
     # -- the dispatch loop --------------------------------------------------------------------
 
@@ -222,8 +237,13 @@ class Scheduler:
     def _open_group(self, task: dict, size: int) -> Group:
         group = Group(f"g{uuid.uuid4().hex[:12]}", task, size)
         self._groups[group.group_id] = group
-        self._pending.extend(Attempt(group, slot, 0) for slot in range(size))
+        for slot in range(size):
+            self._queue(Attempt(group, slot, 0))
         return group
+
+    def _queue(self, attempt: Attempt) -> None:
+        attempt.group.queued += 1
+        self._pending.append(attempt)
 
     def _ensure_loop(self) -> None:
         """(Re)start the dispatch loop unless it is running or the scheduler is stopping."""
@@ -253,45 +273,66 @@ class Scheduler:
                 pass
 
     async def _dispatch_once(self) -> None:
-        while self._budget > 0 and not await self.buffer.full.remote():
-            self._budget -= 1
-            self.counts["groups_started"] += 1
-            self._open_group(self._next_task(), self.rollout.group_size)
-        while self._pending and not self._stopping:
-            pod = await self.pool.idle_pod()
-            if pod is None:
-                break
-            attempt = self._pending.pop(0)
-            attempt.pod, attempt.started = pod.name, time.monotonic()
-            task = asyncio.create_task(self._run(pod, attempt))
-            self._running[task] = attempt
-            task.add_done_callback(self._attempt_done)
-        await self.pool.retire_idle()
-        metrics.gauge("queue", len(self._pending), run=self.config.name)
-        metrics.gauge("pods", len(self.pool.pods), run=self.config.name)
+        """One pass: open the groups the budget allows, lend a pod to each queued attempt
+        there is one for, send the buffer what it is owed (one call: the new attempts'
+        journal records first), then start those attempts."""
+        self.counts["dispatch_passes"] += 1
+        if self._budget > 0 and not await self.buffer.full.remote():
+            while self._budget > 0:
+                self._budget -= 1
+                self.counts["groups_started"] += 1
+                self._open_group(self._next_task(), self.rollout.group_size)
+        lent: list[tuple[Pod, Attempt]] = []
+        try:
+            while self._pending and not self._stopping and self._may_lend(len(lent)):
+                pod = await self.pool.idle_pod()  # awaits only to start a new pod
+                if pod is None:
+                    break
+                attempt = self._pending.popleft()
+                attempt.group.queued -= 1
+                attempt.group.running += 1
+                lent.append((pod, attempt))
+        except BaseException:  # cancelled by stop: the lent attempts go back to the queue
+            for pod, attempt in reversed(lent):
+                attempt.group.running -= 1
+                attempt.group.queued += 1
+                self._pending.appendleft(attempt)
+                self.pool.release(pod)
+            raise
+        # From here on nothing awaits: what was lent starts now, journaled first.
+        for _, attempt in lent:
+            if attempt.group.result is None:
+                self.outbox.dispatched(attempt.group.group_id, attempt.episode_id, attempt.number)
+        self.outbox.send()
+        for pod, attempt in lent:
+            self._start(pod, attempt)
+        now = time.monotonic()
+        if now >= self._next_sweep:
+            self._next_sweep = now + SWEEP_S
+            self._sweep(now)
+            self.ledger.tally.flush()
+            metrics.gauge("queue", len(self._pending), run=self.config.name)
+            metrics.gauge("pods", len(self.pool.pods), run=self.config.name)
+        if now >= self._next_retire and len(self.pool.pods) > self.rollout.min_pods:
+            self._next_retire = now + RETIRE_S
+            await self.pool.retire_idle()
 
-    def _attempt_done(self, task: asyncio.Task[None]) -> None:
-        attempt = self._running.pop(task, None)
-        if task.cancelled() or attempt is None:
-            return
-        error = task.exception()
-        if error is not None:  # _run failed outside its guards: settle the slot all the same
-            self.counts["settle_errors"] += 1
-            log.error("attempt %s/%s: %r", attempt.episode_id, attempt.number, error)
-            self._settle(attempt, None, "scheduler_error")
+    def _may_lend(self, lent: int) -> bool:
+        """Whether the pool may have a pod to lend (it can grow, or not every pod is busy): a
+        full pool of busy pods is not scanned for an idle one at every pass."""
+        pods = len(self.pool.pods)
+        return pods < self.rollout.max_pods or len(self._running) + lent < pods
 
     # -- one attempt --------------------------------------------------------------------------
 
-    async def _run(self, pod: Pod, attempt: Attempt) -> None:
+    def _start(self, pod: Pod, attempt: Attempt) -> None:
+        """Call the pod; the call's future settles the attempt when it is done (no task per
+        attempt; :meth:`_sweep` cancels it when it outlives ``attempt_timeout_s``)."""
         group = attempt.group
+        attempt.pod, attempt.started = pod.name, time.monotonic()
         self.counts["attempts_dispatched"] += 1
-        if group.result is None:  # journaled first: a crash can never lose it unrecorded
-            self.buffer.dispatched.remote(group.group_id, attempt.episode_id, attempt.number)
-        group.running += 1
-        episode: Episode | None = None
-        reason: str | None = None
+        temperature = self.config.eval_temperature if group.result else self.config.temperature
         try:
-            temperature = self.config.eval_temperature if group.result else self.config.temperature
             call = pod.actor.run_episode.remote(
                 group.task,
                 self.config.harness,
@@ -300,35 +341,72 @@ class Scheduler:
                 episode_id=attempt.episode_id,
                 temperature=temperature,
             )
-            episode = await asyncio.wait_for(call, self.rollout.attempt_timeout_s)
-            reason = episode.failure
-            if reason is None and episode.truncated and self.rollout.policy_failures == "drop":
-                reason = episode.truncated
-        except asyncio.CancelledError:
-            group.running -= 1
-            raise
-        except BaseException as e:  # whatever Ray raised: an infrastructure failure
-            reason = infra_reason(e)
-            log.warning("attempt %s/%s: %s: %r", attempt.episode_id, attempt.number, reason, e)
-        group.running -= 1
+            future = asyncio.wrap_future(call.future())
+        except Exception as e:  # the call could not even be made: settles like any failure
+            future = asyncio.get_running_loop().create_future()
+            future.set_exception(e)
+        self._running[future] = (attempt, pod)
+        future.add_done_callback(self._collected)
+
+    def _sweep(self, now: float) -> None:
+        """Cancel the calls of attempts past ``attempt_timeout_s`` (they settle as timeouts)."""
+        limit = self.rollout.attempt_timeout_s
+        for future, (attempt, _) in list(self._running.items()):
+            if now - attempt.started > limit:
+                future.cancel()
+
+    def _collected(self, future: asyncio.Future[Any]) -> None:
+        entry = self._running.pop(future, None)
+        if entry is None:
+            return
+        attempt, pod = entry
         try:
-            if reason in POD_SUSPECT:
-                await self.pool.replace(pod)
-            else:
-                self.pool.release(pod)
+            episode, reason, error = outcome(future, self.rollout.policy_failures)
+        except Exception as e:  # settle the slot all the same
+            self.counts["settle_errors"] += 1
+            episode, reason, error = None, "scheduler_error", e
+        if error is not None:
+            log.warning("attempt %s/%s: %s: %r", attempt.episode_id, attempt.number, reason, error)
+        if reason in POD_SUSPECT:  # the pod leaves the pool first (rare: a task for it)
+            task = asyncio.get_running_loop().create_task(
+                self._replace_and_settle(pod, attempt, episode, reason)
+            )
+            self._replacing.add(task)
+            task.add_done_callback(self._replacing.discard)
+            return
+        try:
+            self.pool.release(pod)
         except Exception as e:
             log.warning("returning %s to the pool: %r", pod.name, e)
+        attempt.group.running -= 1
+        self._settle(attempt, episode, reason)
+
+    async def _replace_and_settle(
+        self, pod: Pod, attempt: Attempt, episode: Episode | None, reason: str
+    ) -> None:
+        try:
+            await self.pool.replace(pod)
+        except Exception as e:
+            log.warning("replacing %s: %r", pod.name, e)
+        attempt.group.running -= 1
         self._settle(attempt, episode, reason)
 
     def _settle(self, attempt: Attempt, episode: Episode | None, reason: str | None) -> None:
-        group, slot = attempt.group, attempt.slot
-        key = (group.group_id, slot, attempt.number)
-        if key in self._settled_keys:  # never twice, whatever path reached here
+        if attempt.settled:  # never twice, whatever path reached here
             return
-        self._settled_keys.add(key)
+        attempt.settled = True
+        try:
+            self._settle_once(attempt, episode, reason)
+        except Exception as e:  # a bug in the bookkeeping: counted, the loop goes on
+            self.counts["settle_errors"] += 1
+            log.error("settle of %s/%s: %r", attempt.episode_id, attempt.number, e)
+        self._wake.set()
+
+    def _settle_once(self, attempt: Attempt, episode: Episode | None, reason: str | None) -> None:
+        group, slot = attempt.group, attempt.slot
         self.last_progress = time.monotonic()
         try:
-            self._record(group, episode, reason)
+            self.ledger.record(episode, reason)
         except Exception as e:  # bookkeeping never stops a settle
             self.counts["settle_errors"] += 1
             log.warning("settle of %s: %r", attempt.episode_id, e)
@@ -345,44 +423,21 @@ class Scheduler:
                 status="failed",
                 failure=reason,
             )
-            self.buffer.log_failure.remote(record, group.group_id, reason)
+            self.outbox.failure(record, group.group_id, reason)
             used = group.retries.get(slot, 0)
             if used < self.rollout.max_retries and group.dropped is None and not self._stopping:
                 group.retries[slot] = used + 1
                 self.counts["attempts_retried"] += 1
-                self._pending.append(Attempt(group, slot, attempt.number + 1))
+                self._queue(Attempt(group, slot, attempt.number + 1))
             elif group.dropped is None:
                 group.dropped = f"{reason} after {used} retries"
-                self._pending = [p for p in self._pending if p.group is not group]
+                if group.queued:
+                    self._pending = deque(p for p in self._pending if p.group is not group)
+                    group.queued = 0
         self._maybe_close(group)
-        self._wake.set()
-
-    def _record(self, group: Group, episode: Episode | None, reason: str | None) -> None:
-        """Counts and metrics of a settled attempt."""
-        tags = {"run": self.config.name}
-        if reason is None and episode is not None:
-            self.counts["attempts_ok"] += 1
-            metrics.inc("episodes", status="ok", **tags)
-            if episode.truncated:
-                self.counts["attempts_truncated"] += 1
-                add(self.truncations, episode.truncated)
-                metrics.inc("truncations", reason=episode.truncated, **tags)
-            self.counts["segments"] += len(episode.segments)
-            for why, n in episode.reset_reasons.items():
-                add(self.resets, why, n)
-            tokens = sum(len(t.completion_ids) for t in episode.turns)
-            self.tokens += tokens
-            metrics.inc("tokens", tokens, **tags)
-            for turn in episode.turns:
-                metrics.observe("turn_latency", turn.latency_s * 1000, **tags)
-        else:
-            self.counts["attempts_failed"] += 1
-            add(self.failures, reason or "unknown")
-            metrics.inc("episodes", status="failed", **tags)
-            metrics.inc("failures", reason=reason or "unknown", **tags)
 
     def _maybe_close(self, group: Group) -> None:
-        if group.running or any(p.group is group for p in self._pending):
+        if group.running or group.queued:
             return
         if group.dropped is None and len(group.episodes) < group.size:
             return
@@ -396,9 +451,9 @@ class Scheduler:
         self._settled.set()
         if group.dropped is not None:
             self.counts["groups_dropped"] += 1
-            metrics.inc("groups", outcome="dropped", run=self.config.name)
-            self.buffer.drop.remote(episodes, group.group_id, group.dropped)
+            self.ledger.tally.inc("groups", outcome="dropped", run=self.config.name)
+            self.outbox.drop(episodes, group.group_id, group.dropped)
         else:
             self.counts["groups_buffered"] += 1
-            metrics.inc("groups", outcome="buffered", run=self.config.name)
-            self.buffer.put.remote(episodes, group.group_id)
+            self.ledger.tally.inc("groups", outcome="buffered", run=self.config.name)
+            self.outbox.put(episodes, group.group_id)

@@ -7,6 +7,8 @@ to the Scheduler), plus pods that play harmless one-turn episodes (no model, no 
 
 from __future__ import annotations
 
+import asyncio
+import json
 import sys
 import time
 
@@ -79,6 +81,8 @@ class Pod:
             raise rx.OutOfMemoryError("the node ran out of memory")
         if self.mode == "node_died" and first:
             raise rx.NodeDiedError("node 1 died")
+        if self.mode == "hangs" and first:
+            await asyncio.sleep(120)  # past attempt_timeout_s: the scheduler gives up on it
         if self.mode == "zero_tokens":
             return _episode(episode_id, attempt, tokens=0)
         if self.mode == "truncated":
@@ -140,6 +144,22 @@ def test_pod_that_never_schedules_times_out(ray_cluster, tmp_path) -> None:
     ray_cluster.get(sched.stop.remote())
     assert stats["pods_failed_start"] >= 1 and stats["attempts_dispatched"] == 0, stats
     assert "not started within 1s" in report
+
+
+def test_hung_attempt_times_out_replaces_its_pod_and_is_retried(ray_cluster, tmp_path) -> None:
+    sched, _ = _scheduler(ray_cluster, tmp_path, "hangs", attempt_timeout_s=1)
+    sched.request.remote(1)
+    settled = ray_cluster.get(sched.wait_settled.remote(1, 60), timeout=90)
+    stats = ray_cluster.get(sched.stats.remote())
+    ray_cluster.get(sched.stop.remote())
+    assert settled == {"groups_buffered": 1, "groups_dropped": 0}, stats
+    assert stats["failures"] == {"attempt_timeout": 2}, stats  # each slot's first attempt
+    assert stats["pods_replaced"] == 2 and stats["attempts_ok"] == 2, stats
+    failures = [json.loads(x) for x in (tmp_path / "episodes" / "failures.jsonl").open()]
+    assert sorted((f["episode_id"][-1], f["attempt"], f["reason"]) for f in failures) == [
+        ("0", 0, "attempt_timeout"),
+        ("1", 0, "attempt_timeout"),
+    ]
 
 
 def test_zero_token_episodes_close_their_group(ray_cluster, tmp_path) -> None:
