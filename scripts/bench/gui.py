@@ -277,9 +277,10 @@ def hand_desktop(task: Task, ws: Path, settle_s: float, timing: dict[str, Any]) 
 
 
 def hand_main(kind: str, settle_s: float) -> None:
-    """One by-hand episode; prints one JSON line of its timings and reward."""
+    """One by-hand episode of the task read as JSON from stdin; prints one JSON line of its
+    timings and reward."""
+    task = Task.model_validate_json(sys.stdin.read())
     t0 = time.perf_counter()
-    task = load_task(kind)
     timing: dict[str, Any] = {"steps": []}
     with tempfile.TemporaryDirectory(prefix="forge-gui-hand-") as tmp:
         ws = Path(tmp)
@@ -312,15 +313,29 @@ class Round:
     png: bytes = b""  # a screenshot the harness sent (OpenForge rounds)
 
 
-def hand_round(kind: str, n: int, settle_s: float) -> Round:
+def hand_round(kind: str, n: int, settle_s: float, nice: int = 0) -> Round:
+    """``n`` by-hand episodes at once, each a subprocess of this script at niceness ``nice``
+    (the HarnessPods': Ray runs its workers, and so the sandboxes, at niceness 15)."""
     r = Round(kind, "by hand", n)
     argv = [sys.executable, str(Path(__file__).resolve()), "--hand", kind]
     argv += ["--settle-s", str(settle_s)]
+    task = load_task(kind).model_dump_json()
     t0 = time.perf_counter()
-    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) for _ in range(n)]
+    procs = []
+    for _ in range(n):
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            preexec_fn=lambda: os.nice(max(0, nice - os.nice(0))),
+        )  # fmt: skip
+        assert proc.stdin is not None
+        proc.stdin.write(task)
+        proc.stdin.close()
+        procs.append(proc)
     live = {p.pid: [psutil.Process(p.pid)] for p in procs}
     with MemoryWatch(lambda: {k: v for k, v in live.items() if v[0].is_running()}) as mem:
-        outs = [p.communicate()[0] for p in procs]
+        outs = [p.stdout.read() if p.stdout else "" for p in procs]
+        for p in procs:
+            p.wait()
         r.wall_s = time.perf_counter() - t0
     for proc, out in zip(procs, outs, strict=True):
         if proc.returncode != 0 or not out.strip():
@@ -543,6 +558,8 @@ def run(
         f"average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the start; settle {settle_s:g} s; "
         f"a HarnessPod's own process (proxy, not in the columns below): PSS {pod_pss / MIB:.0f} MiB"
     )
+    nice = psutil.Process(pids[0]).nice()  # the sandboxes' too; by hand runs at the same
+    print(f"niceness of the HarnessPods, their sandboxes and the by-hand runs: {nice}")
     print(HEADER)
     rounds: list[Round] = []
 
@@ -554,18 +571,18 @@ def run(
         for kind in kinds:
             if warmup:  # first starts read Chromium and the X programs from disk
                 stack_round(pods, pids, kind, 1, settle_s)
-                hand_round(kind, 1, settle_s)
+                hand_round(kind, 1, settle_s, nice)
             for _ in range(reps if 1 in ns else 0):
                 add(stack_round(pods, pids, kind, 1, settle_s))
                 if 1 in hand_ns:
-                    add(hand_round(kind, 1, settle_s))
+                    add(hand_round(kind, 1, settle_s, nice))
             for i, n in enumerate(sorted({*ns, *hand_ns} - {1})):
                 ways = [("OpenForge", ns), ("by hand", hand_ns)][:: -1 if i % 2 else 1]
                 for way, wanted in ways:  # which goes first alternates: the load drifts
                     if n in wanted and way == "OpenForge":
                         add(stack_round(pods, pids, kind, n, settle_s))
                     elif n in wanted:
-                        add(hand_round(kind, n, settle_s))
+                        add(hand_round(kind, n, settle_s, nice))
         print()
         for kind in kinds:
             ones = [r for r in rounds if r.kind == kind and r.n == 1]
