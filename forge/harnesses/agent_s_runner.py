@@ -4,7 +4,7 @@ inside the sandbox with the package's folder on PYTHONPATH, on the task's X disp
 Agent S3 is a worker model that writes one ``agent.click("the Save button")``-style call per
 step plus a grounding model that turns each element description into a point on the
 screenshot; both are pointed at the attempt's proxy (the same model by default, asked in two
-roles). The loop is that of the package's own ``agent_s`` command (screenshot with pyautogui,
+roles). The loop is that of the package's own ``agent_s`` command (a screenshot,
 ``AgentS3.predict``, ``exec`` of the pyautogui code it returns) without its pause handler,
 permission dialog, log files and fixed 15 steps.
 
@@ -75,13 +75,28 @@ def build_agent(env: dict[str, str], width: int, height: int) -> Any:
     )
 
 
-def screenshot_png(pyautogui: Any) -> bytes:
+def screenshot_png() -> bytes:
+    """The whole screen as PNG, by Pillow's own X11 grab (pyautogui's screenshot needs a
+    scrot or gnome-screenshot binary; the pixels are the same)."""
+    from PIL import ImageGrab
+
     buf = io.BytesIO()
-    pyautogui.screenshot().save(buf, format="PNG")
+    ImageGrab.grab(xdisplay=os.environ["DISPLAY"]).save(buf, format="PNG")
     return buf.getvalue()
 
 
+def without_mouseinfo() -> None:
+    """pyautogui imports MouseInfo (a window for people reading pointer positions), which calls
+    sys.exit when tkinter is missing, as in Debian's python3 without python3-tk; pyautogui
+    goes on without it when the import fails, so make it fail."""
+    try:
+        import tkinter  # noqa: F401
+    except ImportError:
+        sys.modules["mouseinfo"] = None  # type: ignore[assignment]
+
+
 def run(instruction: str, env: dict[str, str]) -> dict[str, object]:
+    without_mouseinfo()
     import pyautogui
 
     width, height = pyautogui.size()
@@ -93,7 +108,7 @@ def run(instruction: str, env: dict[str, str]) -> dict[str, object]:
     for _ in range(max_turns):
         turns += 1
         _, codes = agent.predict(
-            instruction=instruction, observation={"screenshot": screenshot_png(pyautogui)}
+            instruction=instruction, observation={"screenshot": screenshot_png()}
         )
         code = (codes[0] if codes else "").strip()
         if code in ("DONE", "FAIL"):
@@ -126,9 +141,14 @@ def main(argv: list[str]) -> int:
         print("agent_s_runner: DISPLAY is not set (the task needs gui.display)", file=sys.stderr)
         sys.stdout.write(json.dumps({"final_answer": None, "turns": 0, "stop": "error"}) + "\n")
         return 4
-    os.chdir(
-        tempfile.mkdtemp(prefix="agent-s-")
-    )  # whatever the package writes stays out of the workspace
+    scratch = tempfile.mkdtemp(prefix="agent-s-")
+    os.chdir(scratch)  # whatever the package writes stays out of the workspace
+    home_auth = os.path.expanduser("~/.Xauthority")
+    if not os.environ.get("XAUTHORITY") and not os.path.exists(home_auth):
+        # python-xlib (under pyautogui) refuses to connect without an authority file, even to
+        # an Xvfb that asks for none: an empty one will do
+        open(os.path.join(scratch, "Xauthority"), "w").close()
+        os.environ["XAUTHORITY"] = os.path.join(scratch, "Xauthority")
     try:
         record = run(argv[1], dict(os.environ))
         code = 0
