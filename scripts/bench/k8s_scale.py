@@ -352,10 +352,6 @@ def report(rs: list[Result], args: argparse.Namespace) -> None:
     no_watch = [sum(c for v, c in pod_calls(r).items() if v != "WATCH") for r in rs]
     rows += [
         ("pod calls/sandbox w/o WATCH", [f"{c:.2f}" for c in no_watch]),
-        (
-            "non-2xx answers (not 429)",
-            [str(sum(v for (_, s), v in r.status.items() if s >= 300)) for r in rs],
-        ),
         ("per-run calls (ns, leases, LISTs)", [str(r.per_run) for r in rs]),
         ("  namespace set-up calls", [str(kinds(r, SETUP)) for r in rs]),
         ("  Lease calls (heartbeats)", [str(kinds(r, ("leases",))) for r in rs]),
