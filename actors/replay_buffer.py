@@ -10,7 +10,8 @@ trainer samples whole groups, oldest first; a group whose oldest turn is more th
 on.
 
 Nothing dispatched goes unaccounted, even when the run dies: the scheduler reports each attempt
-it dispatches (:meth:`dispatched`) to ``attempts.jsonl``, a journal of ids that also notes every
+it dispatches (a ``dispatched`` event of :meth:`record`, the call that brings the buffer many
+records at once) to ``attempts.jsonl``, a journal of ids that also notes every
 attempt and group that reaches a record. An attempt that never did (it was running, or had
 finished in a group still open, when the run stopped or crashed) gets a ``failures.jsonl``
 record with reason ``interrupted``, and its unfinished group a ``dropped.jsonl`` one: at
@@ -183,7 +184,11 @@ class ReplayBuffer:
         only then can the put groups be sampled."""
         arity = {"dispatched": 4, "put": 3, "drop": 4, "failure": 4}
         for i, event in enumerate(events):
-            if not isinstance(event, tuple | list) or arity.get(event[0]) != len(event):
+            if (
+                not isinstance(event, tuple | list)
+                or not event
+                or arity.get(event[0]) != len(event)
+            ):
                 raise ValueError(f"events[{i}]: not a record event ({str(event)[:200]})")
         notes: list[tuple[Any, ...]] = []
         written: set[Any] = set()
@@ -195,9 +200,8 @@ class ReplayBuffer:
                 continue
             if kind == "put":
                 _, group, group_id = event
-                f, reason = self._episodes, None
-                records = [{"group_id": group_id, **ep.to_dict()} for ep in group]
-                lines = records
+                f = self._episodes
+                records = lines = [{"group_id": group_id, **ep.to_dict()} for ep in group]
                 groups.append((group_version(group), group, group_id))
                 self.counts["episodes_written"] += len(group)
                 self.counts["groups_in"] += 1

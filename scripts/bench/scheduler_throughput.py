@@ -17,7 +17,7 @@ pod, as a HarnessPod is (use it for small pod counts).
 cluster) and prints both side by side:
 
     .venv/bin/python scripts/bench/scheduler_throughput.py \\
-        [--pods 16 64 256 1024] [--attempts 8192] [--hosts 4] [--baseline REV]
+        [--pods 16 64 256 1024] [--attempts 8192] [--hosts 4] [--baseline REV] [--address A]
 """
 
 from __future__ import annotations
@@ -264,14 +264,16 @@ def baseline(rev: str, argv: list[str]) -> dict[int, dict[str, Any]]:
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(tmp), os.environ.get("PYTHONPATH", "")]),
     }
-    out = subprocess.run(
+    proc = subprocess.run(
         [sys.executable, __file__, *argv, "--json"],
-        check=True,
         capture_output=True,
         text=True,
         env=env,
-        cwd=ROOT,
-    ).stdout
+        cwd=tmp,  # not the checkout: Ray puts the working directory first on sys.path
+    )
+    if proc.returncode:
+        raise SystemExit(f"the baseline run at {rev} failed:\n{proc.stderr[-4000:]}")
+    out = proc.stdout
     rows = json.loads(out.strip().splitlines()[-1])
     return {row["pods"]: row for row in rows}
 
@@ -284,11 +286,19 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=4, help="pod host actors; 0: one per pod")
     parser.add_argument("--baseline", metavar="REV", help="also run actors/ at this revision")
     parser.add_argument("--json", action="store_true", help="print one JSON line of results")
+    parser.add_argument(
+        "--address", default="local", help="a Ray cluster to join (default: start a local one)"
+    )
     args = parser.parse_args()
     argv = ["--pods", *map(str, args.pods), "--attempts", str(args.attempts)]
     argv += ["--group-size", str(args.group_size), "--hosts", str(args.hosts)]
+    argv += ["--address", args.address]
     before = baseline(args.baseline, argv) if args.baseline else {}
-    init_ray(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False)
+    # The workers of a joined cluster get this job's PYTHONPATH too (--baseline's old actors/).
+    paths = os.environ.get("PYTHONPATH")
+    runtime_env = {"env_vars": {"PYTHONPATH": paths}} if paths else None
+    local = {"num_cpus": 8, "include_dashboard": False} if args.address == "local" else {}
+    init_ray(address=args.address, log_to_driver=False, runtime_env=runtime_env, **local)
     rows = [bench(p, args.attempts, args.group_size, args.hosts) for p in args.pods]
     ray.shutdown()
     if args.json:
