@@ -266,7 +266,9 @@ def evaluate(config: RunConfig, agents: list[Agent], k: int, out: Path) -> dict[
     for t in tasks:
         t["limits"].update(config.task_limits)
     init_ray()
-    policy = deploy_policy(config.policy, app_name="forge-eval-policy")
+    policy = deploy_policy(
+        config.policy, app_name="forge-eval-policy", placement=config.placement.policy
+    )
     results: dict[str, dict[str, Any]] = {}
     for agent in agents:
         name = agent.name
@@ -275,10 +277,14 @@ def evaluate(config: RunConfig, agents: list[Agent], k: int, out: Path) -> dict[
         folder = out / name
         failures_file = folder / "episodes" / "failures.jsonl"
         seen = failures_file.stat().st_size if failures_file.exists() else 0
-        buffer = ray.remote(ReplayBuffer).options(num_cpus=0).remote(str(folder), 1, 0)
+        buffer = (
+            ray.remote(ReplayBuffer)
+            .options(**run.actor_options("replay_buffer"))
+            .remote(str(folder), 1, 0)
+        )
         sched = (
             ray.remote(Scheduler)
-            .options(num_cpus=0)
+            .options(**run.actor_options("scheduler"))
             .remote(run.model_dump(), policy, buffer, tasks)
         )
         ray.get(sched.start.remote())
