@@ -98,6 +98,13 @@ SELECT_JS = """() => {
   return Array.from(e.options).slice(0, 30).map(o => [o.text.trim().slice(0, 60), o.selected]);
 }"""
 
+PAINTED_JS = """() => new Promise(r => {
+  requestAnimationFrame(() => requestAnimationFrame(r));
+  setTimeout(r, 1000);
+})"""
+"""Resolves once the page has drawn a frame (two animation frames after the call), or after
+1 s if no frame comes."""
+
 
 class BrowserCrashed(Exception):
     """Chromium (or Playwright's driver) died: an infrastructure failure."""
@@ -231,9 +238,12 @@ class Browser:
         """Open ``url``; an error text when the page could not be loaded (None when it was)."""
         try:
             self.page.goto(url, timeout=timeout_s * 1000, wait_until="load")
+            # "load" is before the first paint: a screenshot then can be blank
+            self.page.evaluate(PAINTED_JS)
         except Exception as e:
             self._check(e)
             return f"error: could not open {url}: {str(e).splitlines()[0]}"
+        self._settle()
         return None
 
     def text(self) -> str:
