@@ -19,12 +19,13 @@ class CuaHarness(AgentProgram):
     """Runs ``cua_runner.py`` with the ``cua-agent`` package (``forge harness install cua``) on
     the display the episode starts for a ``gui: {display: true}`` task.
 
-    ``model`` is Cua's model string, which picks its agent loop: ``hosted_vllm/ui-tars`` (the
-    default) is its UI-TARS loop, chat completions whose replies are ``Thought: ...`` then
-    ``Action: click(start_box='(x,y)')`` (0..1000 across the screenshot), ``type(content=...)``,
-    ``hotkey(key=...)``, ``scroll``, ``drag``, ``wait()``, ``finished(content=...)``; the part
-    after ``hosted_vllm/`` is the model name sent to the proxy. ``keep_screenshots`` is Cua's
-    ``only_n_most_recent_images`` (unset: all kept).
+    ``loop`` names the agent loop, looked up in Cua's own registry as Cua looks up a model
+    name: ``ui-tars`` (the default) is its UI-TARS loop, chat completions whose replies are
+    ``Thought: ...`` then ``Action: click(start_box='(x,y)')`` (0..1000 across the
+    screenshot), ``type(content=...)``, ``hotkey(key=...)``, ``scroll``, ``drag``, ``wait()``,
+    ``finished(content=...)``; others are ``opencua``, ``glm-4.5v``, ``holo1.5``, ``qwen``
+    (these last need the package's extras). The model name sent is the attempt's own.
+    ``keep_screenshots`` is Cua's ``only_n_most_recent_images`` (unset: all kept).
     """
 
     program = RUNNER
@@ -34,19 +35,16 @@ class CuaHarness(AgentProgram):
     def __init__(
         self,
         python: str = "python3",
-        model: str = "hosted_vllm/ui-tars",
+        loop: str = "ui-tars",
         temperature: float | None = None,
         keep_screenshots: int | None = None,
     ) -> None:
-        if not isinstance(model, str) or "/" not in model:
-            raise ValueError(
-                f"harness_options.model: {model!r} is not a Cua model string (provider/model, "
-                "e.g. hosted_vllm/ui-tars)"
-            )
+        if not isinstance(loop, str) or not loop.strip():
+            raise ValueError(f"harness_options.loop: {loop!r} is not a Cua agent loop name")
         if keep_screenshots is not None and keep_screenshots < 1:
             raise ValueError("harness_options.keep_screenshots: must be 1 or more")
         self.python = python
-        self.model = model
+        self.loop = loop
         self.temperature = temperature
         self.keep_screenshots = keep_screenshots
 
@@ -62,7 +60,7 @@ class CuaHarness(AgentProgram):
     def env(self, ctx: AttemptContext) -> dict[str, str]:
         env = agent_env(
             ctx,
-            cua_model=self.model,
+            cua_loop=self.loop,
             temperature=self.temperature,
             keep_screenshots=self.keep_screenshots,
         )

@@ -1,14 +1,16 @@
 """Runs the Cua agent (PyPI ``cua-agent``, unmodified) for one attempt: the "cua" harness program,
 inside the sandbox with the package's folder on PYTHONPATH, on the task's X display.
 
-``ComputerAgent`` picks its agent loop from the model string (``hosted_vllm/ui-tars`` by
-default: its UI-TARS loop, plain chat completions with text actions such as
-``click(start_box='(x,y)')`` in a 0..1000 frame) and calls the model through litellm at
-``api_base``, the attempt's proxy. Its computer is Cua's documented custom computer: a dict of
-functions, here the desktop harness's hands and eyes (xdotool, ImageMagick's ``import``).
+``ComputerAgent`` runs the agent loop that Cua's own registry gives for the name in
+FORGE_CUA_LOOP (``ui-tars`` by default: its UI-TARS loop, plain chat completions with text
+actions such as ``click(start_box='(x,y)')`` in a 0..1000 frame), registered with Cua's
+``register_agent`` for the policy's own model name (the proxy serves no other), which goes
+through litellm's ``hosted_vllm`` provider to ``api_base``, the attempt's proxy. Its
+computer is Cua's documented custom computer: a dict of functions, here the desktop harness's
+hands and eyes (xdotool, ImageMagick's ``import``).
 
 Configuration from the environment: OPENAI_BASE_URL, OPENAI_API_KEY, FORGE_MAX_TURNS, DISPLAY,
-optional FORGE_CUA_MODEL (the model string), FORGE_TEMPERATURE, FORGE_KEEP_SCREENSHOTS (Cua's
+FORGE_MODEL, optional FORGE_CUA_LOOP, FORGE_TEMPERATURE, FORGE_KEEP_SCREENSHOTS (Cua's
 ``only_n_most_recent_images``). The instruction is argv[1]. The last stdout line is JSON:
 {"final_answer", "turns", "stop", "actions"} (stop: done | max_turns | error).
 """
@@ -19,6 +21,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -114,8 +117,16 @@ def screen_size(env: dict[str, str]) -> tuple[int, int]:
 
 
 async def run(instruction: str, env: dict[str, str]) -> dict[str, object]:
-    from cua_agent import ComputerAgent
+    from cua_agent import ComputerAgent, register_agent
+    from cua_agent.decorators import find_agent_config
 
+    loop_name = env.get("FORGE_CUA_LOOP") or "ui-tars"
+    config = find_agent_config(loop_name)
+    if config is None:
+        raise ValueError(f"FORGE_CUA_LOOP: Cua has no agent loop for {loop_name!r}")
+    model = f"hosted_vllm/{env.get('FORGE_MODEL', 'policy')}"
+    # the loop for exactly this model string, first: Cua's public way to add a model to a loop
+    register_agent(models=f"^{re.escape(model)}$", priority=1000)(config.agent_class)
     computer = XComputer(*screen_size(env))
     options: dict[str, Any] = {}
     if env.get("FORGE_TEMPERATURE"):
@@ -123,7 +134,7 @@ async def run(instruction: str, env: dict[str, str]) -> dict[str, object]:
     if env.get("FORGE_KEEP_SCREENSHOTS"):
         options["only_n_most_recent_images"] = int(env["FORGE_KEEP_SCREENSHOTS"])
     agent = ComputerAgent(
-        model=env.get("FORGE_CUA_MODEL") or "hosted_vllm/ui-tars",
+        model=model,
         tools=[computer.functions()],
         api_base=env["OPENAI_BASE_URL"],
         api_key=env.get("OPENAI_API_KEY") or "none",

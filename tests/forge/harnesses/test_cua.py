@@ -38,12 +38,12 @@ def test_adapter() -> None:
     ctx = attempt_ctx(extra={"screen": "640x480"}, max_turns=9)
     env = harness.env(ctx)
     assert env["OPENAI_BASE_URL"] == ctx.base_url and env["FORGE_MAX_TURNS"] == "9"
-    assert env["FORGE_CUA_MODEL"] == "hosted_vllm/ui-tars" and env["FORGE_TEMPERATURE"] == "0.5"
+    assert env["FORGE_CUA_LOOP"] == "ui-tars" and env["FORGE_TEMPERATURE"] == "0.5"
     assert env["FORGE_KEEP_SCREENSHOTS"] == "2" and env["PYTHONPATH"] == PACKAGE
     assert env["FORGE_SCREEN"] == "640x480"
     assert harness.command(ctx) == ["python3", RUNNER, ctx.instruction]
-    with pytest.raises(ValueError, match=r"harness_options\.model"):
-        CuaHarness(model="ui-tars")
+    with pytest.raises(ValueError, match=r"harness_options\.loop"):
+        CuaHarness(loop=" ")
     with pytest.raises(ValueError, match=r"harness_options\.keep_screenshots"):
         CuaHarness(keep_screenshots=0)
 
@@ -97,7 +97,7 @@ def test_cua_edits_and_saves_in_isolated_sandbox(tmp_path: Path) -> None:
         sb.destroy()
         stub.close()
     bodies = [r[3] for r in stub.requests]
-    assert len(bodies) == 4 and all(b["model"] == "ui-tars" for b in bodies)
+    assert len(bodies) == 4 and all(b["model"] == ctx.model for b in bodies)
     # each request carries the latest screenshot as a PNG data URL
     last = bodies[-1]["messages"][-1]["content"]
     assert any(p.get("type") == "image_url" for p in last if isinstance(p, dict))
