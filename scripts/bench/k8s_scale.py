@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import json
 import logging
 import math
 import multiprocessing
@@ -275,8 +276,8 @@ def run_once(pods: int, latency_ms: float, qps_limit: float, n_agents: int, clie
             res.sweep = (calls_of(emu) - mid, time.perf_counter() - ts)
             from kubernetes import client
 
-            resp = client.CoreV1Api(api).list_namespaced_pod(NS, _preload_content=False)
-            res.list_bytes = len(resp.data)
+            raw = kube_api.call(client.CoreV1Api(api).list_namespaced_pod, NS)  # with retries
+            res.list_bytes = len(json.dumps(raw))
             sync["release"].set()
             outs = [sync["out"].get(timeout=WAIT_S) for _ in procs]
             for p in procs:
