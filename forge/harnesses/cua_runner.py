@@ -12,7 +12,7 @@ hands and eyes (xdotool, ImageMagick's ``import``).
 Configuration from the environment: OPENAI_BASE_URL, OPENAI_API_KEY, FORGE_MAX_TURNS, DISPLAY,
 FORGE_MODEL, optional FORGE_CUA_LOOP, FORGE_TEMPERATURE, FORGE_KEEP_SCREENSHOTS (Cua's
 ``only_n_most_recent_images``). The instruction is argv[1]. The last stdout line is JSON:
-{"final_answer", "turns", "stop", "actions"} (stop: done | max_turns | error).
+{"final_answer", "turns", "stop", "actions"} (stop: done | max_turns | unparsed | error).
 """
 
 from __future__ import annotations
@@ -146,18 +146,23 @@ async def run(instruction: str, env: dict[str, str]) -> dict[str, object]:
     turns, stop, answer = 0, "done", None
     # ComputerAgent.run loops by itself (model call, then its actions) until a reply has no
     # action; each model reply comes out as one result, each action's screenshot as another
-    async for result in agent.run([{"role": "user", "content": instruction}]):
-        items = result.get("output", [])
-        if any(i.get("type") == "computer_call_output" for i in items):
-            continue
-        turns += 1
-        for item in items:
-            if item.get("type") == "message" and item.get("role") == "assistant":
-                texts = [c.get("text", "") for c in item.get("content") or []]
-                answer = "".join(t for t in texts if t) or answer
-        if turns >= max_turns and any(i.get("type") == "computer_call" for i in items):
-            stop = "max_turns"
-            break
+    try:
+        async for result in agent.run([{"role": "user", "content": instruction}]):
+            items = result.get("output", [])
+            if any(i.get("type") == "computer_call_output" for i in items):
+                continue
+            turns += 1
+            for item in items:
+                if item.get("type") == "message" and item.get("role") == "assistant":
+                    texts = [c.get("text", "") for c in item.get("content") or []]
+                    answer = "".join(t for t in texts if t) or answer
+            if turns >= max_turns and any(i.get("type") == "computer_call" for i in items):
+                stop = "max_turns"
+                break
+    except ValueError as e:  # a reply the loop cannot parse (UI-TARS: no "Action: ..."): Cua
+        turns += 1  # raises; that is the model's doing, and it ends the episode like a stop
+        stop = "unparsed"
+        print(f"cua_runner: the model's reply was not an action: {e}", file=sys.stderr)
     return {"final_answer": answer if stop == "done" else None, "turns": turns, "stop": stop,
             "actions": computer.actions}  # fmt: skip
 
