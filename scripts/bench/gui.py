@@ -14,12 +14,16 @@ harness: the booking app's server and Chromium through Playwright; 4 actions) an
   app's server (or Xvfb + openbox + xedit) started directly, Chromium through Playwright (or
   xdotool), per step a screenshot (PNG, base64-encoded as an agent would send it), the action,
   the same settle pause as the harness (``--settle-s``), then the same verifier on the files.
-  No Ray, proxy, policy or sandbox.
+  No Ray, proxy, policy or sandbox. They run at the HarnessPods' niceness (Ray starts its
+  workers, and so every sandbox, at niceness 15), and their clock starts after their imports.
 
 Memory: every 0.5 s the process trees of each sandbox (the outer ``bwrap`` processes under a
 HarnessPod's actor process and everything below them) and of each by-hand subprocess are summed,
-as PSS from ``/proc/PID/smaps_rollup`` (Chromium's processes share most of their pages, so RSS
-counts those several times) and as RSS; the peak per sandbox and of all together are printed.
+from ``/proc/PID/smaps_rollup``: PSS (shared pages split among the processes that map them:
+Chromium's processes share most of theirs, and other jobs' Chromiums share the binary), USS
+(private pages: what one more sandbox costs) and RSS (shared pages counted in every process);
+the peak per sandbox and the peak PSS of all together. A HarnessPod's own process (the proxy)
+is not in them; its PSS is printed once.
 
 Latency, from the proxy's Turn records (``started_at``, ``latency_s``) and the episode's start
 and end: *start-up* (call to the first request at the proxy: sandbox, services, browser or
@@ -27,7 +31,10 @@ display, first screenshot), per step the *policy* round trip as the proxy saw it
 *harness side* (answer back to the harness, the action, the settle pause, the harness's
 screenshots and encoding, the request up to the proxy), and *end* (last answer to the Episode
 back in this process: harness exit, services stopped, verifier, sandbox destroyed). By hand the
-step splits into screenshot, encode, action and settle.
+step splits into screenshot, encode, action and settle. Ten calls with one of the episode's
+screenshots from this process straight to a pod's proxy split a call into the proxy's own
+handling and the policy. The default run takes about 3 minutes on 2 cores (measured at load
+40-60); ``--n 1,2,4,8 --hand-n 1,4,8`` about 6.
 
     .venv/bin/python scripts/bench/gui.py [--kinds browser,desktop] [--n 1,2,4] [--hand-n 1]
         [--reps 2] [--settle-s 0.3]
@@ -165,15 +172,14 @@ class MemoryWatch:
 # -- by hand (a subprocess of this script: ``--hand KIND``) -----------------------------------
 
 
+@dataclass
 class WorkspaceFiles:
     """The verifier's view of a host folder (it only reads files)."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    root: Path
 
     def get_file(self, path: str) -> bytes | None:
-        target = self.root / path
-        return target.read_bytes() if target.is_file() else None
+        return (self.root / path).read_bytes() if (self.root / path).is_file() else None
 
 
 def free_port() -> int:
@@ -217,6 +223,26 @@ def wait_http(url: str, timeout_s: float = 30.0) -> None:
             time.sleep(0.05)
 
 
+def timed_steps(
+    task: Task, shoot: Callable[[], bytes], act: Callable[[dict[str, Any]], object],
+    settle: Callable[[], object], timing: dict[str, Any],
+) -> None:  # fmt: skip
+    """Play the task's steps, each: screenshot, base64, action, settle; timing gets the time
+    playing began (``up``), ended (``acted``) and each step's four parts (``steps``)."""
+    timing["up"] = time.perf_counter()
+    for step in steps_of(task):
+        t0 = time.perf_counter()
+        png = shoot()
+        t1 = time.perf_counter()
+        base64.b64encode(png)
+        t2 = time.perf_counter()
+        act(step)
+        t3 = time.perf_counter()
+        settle()
+        timing["steps"].append([t1 - t0, t2 - t1, t3 - t2, time.perf_counter() - t3])
+    timing["acted"] = time.perf_counter()
+
+
 def hand_browser(task: Task, ws: Path, settle_s: float, timing: dict[str, Any]) -> None:
     from playwright.sync_api import sync_playwright
 
@@ -238,18 +264,9 @@ def hand_browser(task: Task, ws: Path, settle_s: float, timing: dict[str, Any]) 
             page = browser.new_page(viewport={"width": width, "height": height})
             page.goto(url, wait_until="load")
             settle(page)
-            timing["up"] = time.perf_counter()
-            for step in steps_of(task):
-                t0 = time.perf_counter()
-                png = page.screenshot(type="png")
-                t1 = time.perf_counter()
-                base64.b64encode(png)
-                t2 = time.perf_counter()
-                play(page, step, width, height)  # the action, then until the app is idle
-                t3 = time.perf_counter()
-                time.sleep(settle_s)
-                timing["steps"].append([t1 - t0, t2 - t1, t3 - t2, time.perf_counter() - t3])
-            timing["acted"] = time.perf_counter()
+            shoot = lambda: page.screenshot(type="png")  # noqa: E731
+            act = lambda step: play(page, step, width, height)  # noqa: E731 (then until idle)
+            timed_steps(task, shoot, act, lambda: time.sleep(settle_s), timing)
             browser.close()
     finally:
         with suppress(ProcessLookupError):
@@ -261,19 +278,9 @@ def hand_desktop(task: Task, ws: Path, settle_s: float, timing: dict[str, Any]) 
     from forge.harnesses.desktop_display import task_desktop
 
     with task_desktop(task, ws) as desk:  # Xvfb, openbox, the task's applications
-        desk.settle_s = settle_s
-        timing["up"] = time.perf_counter()
-        for step in steps_of(task):
-            t0 = time.perf_counter()
-            png = desk.screenshot()
-            t1 = time.perf_counter()
-            base64.b64encode(png)
-            t2 = time.perf_counter()
-            desk.perform(step["action"], step)
-            t3 = time.perf_counter()
-            desk.settled_screenshot()  # the harness's settle: the pause, then a still screen
-            timing["steps"].append([t1 - t0, t2 - t1, t3 - t2, time.perf_counter() - t3])
-        timing["acted"] = time.perf_counter()
+        desk.settle_s = settle_s  # settled_screenshot: the pause, then until the screen is still
+        act = lambda step: desk.perform(step["action"], step)  # noqa: E731
+        timed_steps(task, desk.screenshot, act, desk.settled_screenshot, timing)
 
 
 def hand_main(kind: str, settle_s: float) -> None:
@@ -365,13 +372,10 @@ def stack_round(pods: list[Any], pids: list[int], kind: str, n: int, settle_s: f
     opts = {"settle_s": settle_s}
     with MemoryWatch(roots) as mem:
         t0, p0 = time.time(), time.perf_counter()
-        pending = {
-            p.run_episode.remote(task, kind, harness_options=opts): i
-            for i, p in enumerate(pods[:n])
-        }
+        pending = [p.run_episode.remote(task, kind, harness_options=opts) for p in pods[:n]]
         ended: dict[Any, float] = {}
-        while len(ended) < n:
-            done, _ = ray.wait([ref for ref in pending if ref not in ended], num_returns=1)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
             ended[done[0]] = time.time()
         r.wall_s = time.perf_counter() - p0
     for ref, t_end in ended.items():
