@@ -158,6 +158,16 @@ def _clean(text: str, redact: tuple[str, ...]) -> str:
     return text
 
 
+_last_throttled = 0.0  # wall time of the last 429 this process was answered
+
+
+def last_throttled() -> float:
+    """When the API server last answered this process 429 (wall time; 0.0: never). The
+    reconcile pass reads it: a Lease that went stale while the server was throttling may belong
+    to a live HarnessPod whose renewals were held back."""
+    return _last_throttled
+
+
 def call(
     fn: Callable[..., Any],
     *args: Any,
@@ -170,6 +180,7 @@ def call(
     """``fn(*args, **kwargs)`` (a generated client method) with retries; the decoded JSON
     body. Other API errors (404, 409, ...) are raised as the client's ApiException; ``redact``
     strings (a token) never appear in a raised or logged message."""
+    global _last_throttled
     policy = policy or RetryPolicy()
     what = what or f"{fn.__name__}({', '.join(a for a in args if isinstance(a, str))})"
     last, n, throttled = "", 0, 0.0
@@ -197,6 +208,8 @@ def call(
             if e.status not in RETRYABLE:
                 raise
             delay = policy.retry_after(e.headers) if e.status == 429 else None
+            if e.status == 429:
+                _last_throttled = time.time()
             last = f"HTTP {e.status} {e.reason or ''}".strip()
         except (urllib3.exceptions.HTTPError, OSError) as e:
             last = f"{type(e).__name__}: {e}"

@@ -27,7 +27,14 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from forge.sandboxes import kube_manifests as km
-from forge.sandboxes.kube_api import KubeError, RetryPolicy, call, call_unless, delete_pod
+from forge.sandboxes.kube_api import (
+    KubeError,
+    RetryPolicy,
+    call,
+    call_unless,
+    delete_pod,
+    last_throttled,
+)
 
 log = logging.getLogger(__name__)
 
@@ -170,21 +177,50 @@ class Heartbeat:
                 call(coord.delete_namespaced_lease, self.name, self.namespace, policy=quick)
 
 
+MASS_EXPIRY = 0.5  # more than this share of the pods' Leases stale at once: blame the API
+
+
 def _live_leases(api: Any, namespace: str, now: float, policy: Any) -> set[str] | None:
-    """Names of the unexpired heartbeat Leases; None when they cannot be listed."""
+    """Names of the heartbeat Leases to trust as live: the unexpired ones, and all of them
+    while this process was answered a 429 within a Lease's duration (a throttling server can
+    hold a live HarnessPod's renewals back past its TTL: k8s_scale at 1,000 saw live sandboxes
+    reaped so; once it has not throttled for a TTL, the live ones have renewed). None when
+    they cannot be listed."""
     try:
         leases = call(client.CoordinationV1Api(api).list_namespaced_lease, namespace, policy=policy)
     except (ApiException, KubeError) as e:
         log.warning("reconcile %s: listing heartbeat Leases failed (%s): no pod is judged an "
                     "orphan in this sweep", namespace, e)  # fmt: skip
         return None
-    live = set()
+    live, throttled = set(), last_throttled()
     for lease in leases.get("items") or []:
         spec = lease.get("spec") or {}
         renewed = parse_time(str(spec.get("renewTime", "")))
-        if renewed is not None and now <= renewed + float(spec.get("leaseDurationSeconds") or 0):
+        if renewed is None:
+            continue
+        ttl = float(spec.get("leaseDurationSeconds") or 0)
+        if now <= renewed + ttl or now <= throttled + ttl:
             live.add((lease.get("metadata") or {}).get("name", ""))
     return live
+
+
+def _lost_beats(pods: list[dict], live: set[str] | None, namespace: str) -> set[str]:
+    """The heartbeat Leases, among those the pods name, that are gone or stale; none when the
+    Leases could not be listed, or when more than :data:`MASS_EXPIRY` of them (and at least 3)
+    are lost at once: so many HarnessPods dying together is less likely than the API failing
+    their renewals (the pods still go by their deadline label and the pool's dead HarnessPods,
+    as Kubernetes' node controller stops evicting in a large-scale disruption)."""
+    if live is None:
+        return set()
+    named = {((p.get("metadata") or {}).get("labels") or {}).get(f"{km.LABEL}.heartbeat")
+             for p in pods} - {None}  # fmt: skip
+    lost = named - live
+    if len(lost) >= 3 and len(lost) > MASS_EXPIRY * len(named):
+        log.warning("reconcile %s: %d of %d heartbeat Leases stale at once: the API, not the "
+                    "HarnessPods, is the likelier cause; no pod judged an orphan by its Lease in "
+                    "this sweep", namespace, len(lost), len(named))  # fmt: skip
+        return set()
+    return lost
 
 
 def reap_pods(
@@ -213,10 +249,12 @@ def reap_pods(
     except (ApiException, KubeError) as e:
         log.warning("reconcile %s: LIST pods failed (%s); skipping this sweep", namespace, e)
         return None
+    items = pods.get("items") or []
     live = _live_leases(api, namespace, now, policy) if orphans_only else set()
+    lost = _lost_beats(items, live, namespace) if orphans_only else set()
     dead = {km.label_value(p) for p in dead_pods}
     reaped = 0
-    for pod in pods.get("items") or []:
+    for pod in items:
         meta = pod.get("metadata") or {}
         labels = meta.get("labels") or {}
         if labels.get(f"{km.LABEL}.role") != km.ROLE_SANDBOX:
@@ -227,9 +265,8 @@ def reap_pods(
             expired = False
         mine = run is None or labels.get(f"{km.LABEL}.run") == km.label_value(run)
         if orphans_only:
-            beat = labels.get(f"{km.LABEL}.heartbeat")
-            lost = live is not None and beat is not None and beat not in live
-            doomed = mine and (lost or labels.get(f"{km.LABEL}.pod") in dead)
+            orphan = labels.get(f"{km.LABEL}.heartbeat") in lost
+            doomed = mine and (orphan or labels.get(f"{km.LABEL}.pod") in dead)
         else:
             doomed = mine and run is not None
         if doomed or expired:

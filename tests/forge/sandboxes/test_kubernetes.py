@@ -15,6 +15,7 @@ import kubernetes_validate
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from forge.sandboxes import kube_api
 from forge.sandboxes import kube_manifests as km
 from forge.sandboxes import kubernetes as kube_backend
 from forge.sandboxes.base import SandboxSpec
@@ -78,7 +79,10 @@ def spec(run: str = "run-a", attempt: int = 0, episode: str = "ep-1", **kw: Any)
 
 
 @pytest.fixture
-def env(kube: KMock, request: pytest.FixtureRequest) -> Iterator[Env]:
+def env(
+    kube: KMock, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Env]:
+    monkeypatch.setattr(kube_api, "_last_throttled", 0.0)  # no 429 of an earlier test counts
     ns = km.dns_label(request.node.name)[:40] + "-" + km.digest(request.node.name, n=5)
     e = Env(kube, ns)
     yield e
@@ -355,6 +359,43 @@ def test_orphans_of_dead_harness_pods_are_reaped(env: Env) -> None:
         "coordination.k8s.io/v1/leases", env.ns
     )
     assert reap_pods(env.api, env.ns, "run-a", orphans_only=True, policy=env.policy) == 1
+
+
+def test_a_throttling_server_makes_no_stale_lease_an_orphan(env: Env) -> None:
+    """While the server throttles (429s within a Lease's TTL), a live HarnessPod's renewals may
+    be the ones held back: its stale Lease reaps nothing; once a TTL has passed without a 429,
+    the stale Lease's pods go."""
+    now = time.time()
+    stale = Heartbeat(
+        env.api, env.ns, "run-a", "hp-slow", ttl_s=30, policy=env.policy, clock=lambda: now - 60
+    )
+    assert stale.beat()
+    _bare_pod(env, "run-a", "slow", now + 600, beat=stale.name)
+    env.kube.fault("GET", PODS, status=429, headers={"Retry-After": "1"}, times=1)
+    assert reap_pods(env.api, env.ns, "run-a", orphans_only=True, policy=env.policy) == 0
+    assert sorted(env.pods()) == ["slow"]
+    later = time.time() + 31
+    assert reap_pods(env.api, env.ns, "run-a", orphans_only=True, policy=env.policy, now=later) == 1
+
+
+def test_leases_stale_all_at_once_reap_nothing(env: Env) -> None:
+    """Three of four HarnessPods' Leases stale in one sweep is taken for the API failing their
+    renewals, not for three deaths: no pod goes by its Lease (its deadline still applies); one
+    of four stale is a death, and its pod goes."""
+    now = time.time()
+    for i in range(4):
+        clock = (lambda: now) if i == 3 else (lambda: now - 120)
+        beat = Heartbeat(env.api, env.ns, "run-a", f"hp-{i}", ttl_s=30, policy=env.policy,
+                         clock=clock)  # fmt: skip
+        assert beat.beat()
+        _bare_pod(env, "run-a", f"p{i}", now + 600, beat=beat.name)
+    _bare_pod(env, "run-a", "late", now - 5, beat=km.lease_name("run-a", "hp-0"))
+    assert reap_pods(env.api, env.ns, "run-a", orphans_only=True, policy=env.policy) == 1
+    assert sorted(env.pods()) == ["p0", "p1", "p2", "p3"]  # only the one past its deadline went
+    for i in (1, 2):
+        Heartbeat(env.api, env.ns, "run-a", f"hp-{i}", ttl_s=30, policy=env.policy).beat()
+    assert reap_pods(env.api, env.ns, "run-a", orphans_only=True, policy=env.policy) == 1
+    assert sorted(env.pods()) == ["p1", "p2", "p3"]
 
 
 def test_a_replaced_harness_pods_pods_go_at_once(env: Env) -> None:
