@@ -338,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_stop)
-    signal.signal(signal.SIGCHLD, lambda *_: agent.procs.wake.set())
+    signal.set_wakeup_fd(agent.procs.wake.fd, warn_on_full_buffer=False)  # wakes the reaper
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that the fd is written
     subreaper = become_subreaper()
     threading.Thread(target=agent.procs.reaper, args=(stop,), daemon=True).start()
     print(json.dumps({"listening": address, "pid": os.getpid(), "subreaper": subreaper}))

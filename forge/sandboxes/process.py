@@ -175,6 +175,28 @@ def become_subreaper() -> bool:
         return False
 
 
+class Waker:
+    """A wake-up flag on a pipe: :meth:`set` takes no lock, so a signal handler may call it (a
+    ``threading.Event`` there deadlocks when a second SIGCHLD lands inside the first ``set``:
+    seen as a hung browser episode, Chromium's processes exiting in a burst), and
+    ``signal.set_wakeup_fd(waker.fd)`` lets the interpreter set it with no handler code."""
+
+    def __init__(self) -> None:
+        self._r, self.fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def set(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # full: already set
+            os.write(self.fd, b"\0")
+
+    def wait(self, timeout_s: float) -> bool:
+        return bool(select.select([self._r], [], [], timeout_s)[0])
+
+    def clear(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self._r, 4096):
+                pass
+
+
 class Sessions:
     """Commands run with :func:`run_in_group`, tracked so that orphans they leave (reparented
     to this process as a subreaper) are reaped and :meth:`kill_all` can end every one of them."""
@@ -184,7 +206,7 @@ class Sessions:
         self.leaders: set[int] = set()  # running exec leaders (reaped by their own thread)
         self.sessions: set[int] = set()  # session ids of every exec not yet known to be empty
         self.spawning = 0  # execs between fork and registration: the reaper must wait
-        self.wake = threading.Event()
+        self.wake = Waker()
 
     def run(
         self, argv: list[str], env: dict[str, str], cwd: str, timeout_s: float, cap: int

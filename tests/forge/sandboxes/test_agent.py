@@ -203,6 +203,21 @@ def test_background_children_die_with_their_leader(agent: Agent) -> None:
     assert not _zombies(agent.proc.pid)
 
 
+def test_a_burst_of_exiting_orphans_never_hangs_an_exec(agent: Agent) -> None:
+    """Hundreds of orphans exiting at once (as Chromium's processes do at an episode's end) send
+    the agent SIGCHLDs back to back; a handler that took a lock could land inside itself and
+    hang the agent (it did, with ``threading.Event.set``). Every exec returns; none is left."""
+    burst = "for i in $(seq 150); do (sleep 0.2 &); done; sleep 0.25; echo done"
+    for _ in range(4):
+        res = agent.client.exec(["sh", "-c", burst], 30)
+        assert (res.exit_code, res.stdout.strip()) == (0, "done")
+    end = time.monotonic() + 10
+    while time.monotonic() < end and _zombies(agent.proc.pid):
+        time.sleep(0.05)
+    assert not _zombies(agent.proc.pid)
+    assert agent.client.exec(["true"], 5).exit_code == 0
+
+
 def _zombies(parent: int) -> list[int]:
     out = []
     for p in os.listdir("/proc"):

@@ -83,17 +83,7 @@ def gui_pod(ray_cluster: Any, docker_daemon: Any, gui_images: dict[str, str]) ->
 
 @pytest.mark.parametrize(
     ("harness", "suite", "task_id"),
-    [
-        pytest.param(
-            *CASES[0],
-            marks=pytest.mark.xfail(
-                reason="the sandbox agent's SIGCHLD handler can deadlock (re-entrant "
-                "Event.set, forge/sandboxes/agent.py) when Chromium's processes exit at once",
-                strict=False,
-            ),
-        ),
-        CASES[1],
-    ],
+    CASES,
 )
 def test_oracle_episode_in_a_container(
     ray_cluster: Any,
