@@ -39,6 +39,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from actors.replay_buffer import unbox
 from forge.batching import MicroBatch, build_rows, micro_batches
 from forge.config import TrainerConfig
 from forge.grpo import group_advantages, kl_penalty, policy_loss, truncated_is_weights
@@ -173,12 +174,9 @@ class Trainer:
         return out
 
     def train_on(self, boxes: list[list[Any]]) -> dict[str, float]:
-        """:meth:`train_step` on groups in the object store, as the ReplayBuffer hands them out:
-        each box is ``[ObjectRef]`` of one group (the list keeps Ray from resolving it in
-        transit, so the episodes travel from the object store straight to this actor)."""
-        import ray
-
-        return self.train_step(ray.get([box[0] for box in boxes]) if boxes else [])
+        """:meth:`train_step` on groups in the object store, as the ReplayBuffer hands them out
+        (boxes: :func:`actors.replay_buffer.unbox`)."""
+        return self.train_step(unbox(boxes))
 
     def _advantages(
         self, groups: list[list[Episode]]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.replay_buffer import ReplayBuffer
+from actors.replay_buffer import ReplayBuffer, unbox
 from actors.scheduler import Scheduler
 from forge.config import PolicyConfig, RunConfig
 from serve.policy import deploy_policy
@@ -67,7 +67,7 @@ def test_groups_flow_into_buffer_and_pool_shrinks(ray_cluster, policy, tmp_path)
     settled = ray.get(sched.wait_settled.remote(4, 120))
     assert settled == {"groups_buffered": 4, "groups_dropped": 0}
     boxes = ray.get(buffer.sample.remote(4, 0, 30.0))
-    groups = [ray.get(box[0]) for box in boxes]
+    groups = unbox(boxes)
     assert len(groups) == 4
     for group in groups:
         assert len(group) == 3 and len({ep.task_id for ep in group}) == 1

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from actors.replay_buffer import unbox
 from actors.trainer import Trainer
 from forge.config import TrainerConfig
 from forge.trajectory import assemble
@@ -233,9 +234,12 @@ def test_weights_load_into_a_policy_engine(groups: list[list[Episode]]) -> None:
 
 @pytest.mark.ray
 def test_train_on_takes_replay_buffer_boxes(ray_cluster, groups: list[list[Episode]]) -> None:
+    """A sample's groups share one object (``[ref, i]``); a ``[ref]`` box is one group."""
     trainer = Trainer({}, seed=SEED)
-    boxes = [[ray_cluster.put(g)] for g in groups]
-    m = trainer.train_on(boxes)
+    shared = ray_cluster.put(groups)
+    assert unbox([[shared, 1], [shared, 0]]) == [groups[1], groups[0]]
+    assert unbox([[ray_cluster.put(g)] for g in groups]) == groups
+    m = trainer.train_on([[shared, i] for i in range(len(groups))])
     assert m["groups"] == 2 and m["episodes"] == 8 and trainer.version == 1
     assert trainer.train_on([])["updated"] == 0
 
