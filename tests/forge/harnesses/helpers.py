@@ -1,11 +1,21 @@
-"""Shared by the harness tests: an attempt context, and one real episode per scripted mode."""
+"""Shared by the harness tests: an attempt context, a task's isolated sandbox with its harness
+run in it, and one real episode per scripted mode."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-from forge.harnesses.base import AttemptContext
+from forge.harnesses.base import AttemptContext, Harness
+from forge.sandboxes import services
+from forge.sandboxes.base import ExecResult, SandboxSpec
+from forge.sandboxes.local import LocalSandbox
 from forge.types import Episode
+from tasks.schema import Task
+
+PREFIX = "/episodes/e1/attempts/0/v1"
 
 
 def attempt_ctx(**kw: Any) -> AttemptContext:
@@ -19,6 +29,45 @@ def attempt_ctx(**kw: Any) -> AttemptContext:
         "workspace": "/workspace",
     }
     return AttemptContext(**{**fields, **kw})
+
+
+@contextmanager
+def task_sandbox(
+    tmp_path: Path, harness: Harness, task: Task, proxy_socket: str
+) -> Iterator[LocalSandbox]:
+    """An isolated bubblewrap sandbox for ``task`` (its files put, its services' and the
+    harness's mounts, the proxy at ``proxy_socket``), destroyed after."""
+    sb = LocalSandbox(root=tmp_path / "sb", isolation="required")
+    try:
+        sb.create(
+            SandboxSpec(
+                labels={"run": "t"},
+                ro_mounts={**harness.ro_mounts(), **services.mounts(task)},
+                proxy_socket=proxy_socket,
+            )
+        )
+        for path, content in task.files.items():
+            sb.put_file(path, content)
+        yield sb
+    finally:
+        sb.destroy()
+
+
+def run_task(
+    sb: LocalSandbox, harness: Harness, task: Task, timeout_s: float, **kw: Any
+) -> tuple[AttemptContext, ExecResult]:
+    """``harness`` on ``task`` in ``sb`` under the task's services, as a HarnessPod runs it
+    (attempt 0 of episode e1 at the sandbox's proxy address); ``kw`` overrides the context."""
+    ctx = attempt_ctx(
+        base_url=f"http://{sb.proxy_host_port()}{PREFIX}",
+        workspace=sb.workspace,
+        paths=sb.path_map(),
+        extra=services.gui_extra(task),
+        instruction=task.instruction,
+        **kw,
+    )
+    command = services.wrap(task, ctx, harness.command(ctx))
+    return ctx, sb.exec(command, timeout_s, env=harness.env(ctx))
 
 
 def oracle_and_noop(ray: Any, harness: str, task_id: str, **run: Any) -> dict[str, Episode]:

@@ -5,6 +5,7 @@ chat endpoint that answers Agent S's worker, grounding and reflection calls; and
 from __future__ import annotations
 
 import json
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -14,16 +15,12 @@ from forge.harnesses import get_harness
 from forge.harnesses.agent_s import PACKAGE, RUNNER, AgentSHarness
 from forge.harnesses.desktop_display import missing_tools
 from forge.harnesses.install import PACKAGES
-from forge.sandboxes import services
-from forge.sandboxes.base import SandboxSpec
-from forge.sandboxes.local import LocalSandbox
 from rewards import verify
 from tasks import load_suite
-from tests.forge.harnesses.helpers import attempt_ctx
+from tests.forge.harnesses.helpers import PREFIX, attempt_ctx, run_task, task_sandbox
 from tests.forge.harnesses.test_react import needs_bwrap, ok, reply
 from tests.forge.httpstub import StubServer
 
-PREFIX = "/episodes/e1/attempts/0/v1"
 # The worker's plans for xedit_append_item, in Agent S3's own format (reasoning, then one
 # agent call in a code block), and where the grounding model puts each element (0..1000).
 PLANS = [
@@ -113,27 +110,8 @@ def test_agent_s_edits_and_saves_in_isolated_sandbox(tmp_path: Path) -> None:
     model = AgentSModel(PLANS, POINTS)
     stub = StubServer(model, str(tmp_path / "p.sock"))
     harness = AgentSHarness(settle_s=0.3)
-    sb = LocalSandbox(root=tmp_path / "sb", isolation="required")
-    try:
-        sb.create(
-            SandboxSpec(
-                labels={"run": "t"},
-                ro_mounts={**harness.ro_mounts(), **services.mounts(task)},
-                proxy_socket=stub.address,
-            )
-        )
-        for path, content in task.files.items():
-            sb.put_file(path, content)
-        ctx = attempt_ctx(
-            base_url=f"http://{sb.proxy_host_port()}{PREFIX}",
-            workspace=sb.workspace,
-            paths=sb.path_map(),
-            extra=services.gui_extra(task),
-            instruction=task.instruction,
-            max_turns=6,
-        )
-        command = services.wrap(task, ctx, harness.command(ctx))
-        result = sb.exec(command, 150, env=harness.env(ctx))
+    with closing(stub), task_sandbox(tmp_path, harness, task, stub.address) as sb:
+        _, result = run_task(sb, harness, task, 150, max_turns=6)
         assert result.exit_code == 0, result.stderr[-3000:]
         summary = AgentSHarness.summary(result)
         assert summary == {
@@ -144,9 +122,6 @@ def test_agent_s_edits_and_saves_in_isolated_sandbox(tmp_path: Path) -> None:
             "errors": 0,
         }, result.stdout[-3000:]
         assert verify(task.verifier, sb, "").reward == 1.0
-    finally:
-        sb.destroy()
-        stub.close()
     # every call carried the screenshot; each click was grounded (its format check and its
     # action both ask), and the reflection came in from the second step
     bodies = [r[3] for r in stub.requests]

@@ -4,6 +4,7 @@ loop answered by a scripted chat endpoint; and the adapter."""
 
 from __future__ import annotations
 
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -13,16 +14,12 @@ from forge.harnesses import get_harness
 from forge.harnesses.cua import PACKAGE, RUNNER, CuaHarness
 from forge.harnesses.desktop_display import missing_tools
 from forge.harnesses.install import PACKAGES
-from forge.sandboxes import services
-from forge.sandboxes.base import SandboxSpec
-from forge.sandboxes.local import LocalSandbox
 from rewards import verify
 from tasks import load_suite
-from tests.forge.harnesses.helpers import attempt_ctx
+from tests.forge.harnesses.helpers import PREFIX, attempt_ctx, run_task, task_sandbox
 from tests.forge.harnesses.test_react import needs_bwrap, ok, reply
 from tests.forge.httpstub import StubServer
 
-PREFIX = "/episodes/e1/attempts/0/v1"
 # xedit_append_item's reference solution in UI-TARS's action format (points on a 0..1000 grid)
 REPLIES = [
     "Thought: The list ends with bread; I click below it.\nAction: click(start_box='(501,835)')",
@@ -65,27 +62,8 @@ def test_cua_edits_and_saves_in_isolated_sandbox(tmp_path: Path) -> None:
 
     stub = StubServer(handler, str(tmp_path / "p.sock"))
     harness = CuaHarness()
-    sb = LocalSandbox(root=tmp_path / "sb", isolation="required")
-    try:
-        sb.create(
-            SandboxSpec(
-                labels={"run": "t"},
-                ro_mounts={**harness.ro_mounts(), **services.mounts(task)},
-                proxy_socket=stub.address,
-            )
-        )
-        for path, content in task.files.items():
-            sb.put_file(path, content)
-        ctx = attempt_ctx(
-            base_url=f"http://{sb.proxy_host_port()}{PREFIX}",
-            workspace=sb.workspace,
-            paths=sb.path_map(),
-            extra=services.gui_extra(task),
-            instruction=task.instruction,
-            max_turns=6,
-        )
-        command = services.wrap(task, ctx, harness.command(ctx))
-        result = sb.exec(command, 150, env=harness.env(ctx))
+    with closing(stub), task_sandbox(tmp_path, harness, task, stub.address) as sb:
+        ctx, result = run_task(sb, harness, task, 150, max_turns=6)
         assert result.exit_code == 0, result.stderr[-3000:]
         summary = CuaHarness.summary(result)
         assert summary == {"final_answer": "saved", "turns": 4, "stop": "done", "actions": 3}, (
@@ -93,9 +71,6 @@ def test_cua_edits_and_saves_in_isolated_sandbox(tmp_path: Path) -> None:
             result.stderr[-3000:],
         )
         assert verify(task.verifier, sb, "").reward == 1.0
-    finally:
-        sb.destroy()
-        stub.close()
     bodies = [r[3] for r in stub.requests]
     assert len(bodies) == 4 and all(b["model"] == ctx.model for b in bodies)
     # each request carries the latest screenshot as a PNG data URL

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -19,18 +20,15 @@ from forge.harnesses.desktop_actions import DESKTOP_ACTIONS, ActionError, pixel_
 from forge.harnesses.desktop_agent import OMITTED, keep_latest_images, screenshot_message
 from forge.harnesses.desktop_display import missing_tools, task_desktop
 from forge.harnesses.install import HarnessNotInstalled
-from forge.sandboxes import services
-from forge.sandboxes.base import ExecResult, SandboxSpec
-from forge.sandboxes.local import LocalSandbox
+from forge.sandboxes.base import ExecResult
 from rewards import verify
 from tasks import load_suite
 from tasks.schema import Task
-from tests.forge.harnesses.helpers import attempt_ctx
+from tests.forge.harnesses.helpers import PREFIX, attempt_ctx, run_task, task_sandbox
 from tests.forge.harnesses.test_react import needs_bwrap, ok, reply, tool_call
 from tests.forge.httpstub import StubServer
 
 AGENT = Path(__file__).resolve().parents[3] / "forge" / "harnesses" / "desktop_agent.py"
-PREFIX = "/episodes/e1/attempts/0/v1"
 needs_x = pytest.mark.skipif(
     bool(missing_tools()), reason=f"GUI tools missing: {', '.join(missing_tools())}"
 )
@@ -241,26 +239,8 @@ def test_reference_episode_in_isolated_sandbox(tmp_path: Path) -> None:
     replies.append(ok(reply(None, [call(len(steps), "done", answer="")])))
     stub = StubServer(lambda m, p, h, b: replies.pop(0), str(tmp_path / "p.sock"))
     harness = DesktopHarness()
-    sb = LocalSandbox(root=tmp_path / "sb", isolation="required")
-    try:
-        sb.create(
-            SandboxSpec(
-                labels={"run": "t"},
-                ro_mounts={**harness.ro_mounts(), **services.mounts(task)},
-                proxy_socket=stub.address,
-            )
-        )
-        for path, content in task.files.items():
-            sb.put_file(path, content)
-        ctx = attempt_ctx(
-            base_url=f"http://{sb.proxy_host_port()}{PREFIX}",
-            workspace=sb.workspace,
-            paths=sb.path_map(),
-            extra=services.gui_extra(task),
-            instruction=task.instruction,
-        )
-        command = services.wrap(task, ctx, harness.command(ctx))
-        result = sb.exec(command, 120, env=harness.env(ctx))
+    with closing(stub), task_sandbox(tmp_path, harness, task, stub.address) as sb:
+        _, result = run_task(sb, harness, task, 120)
         assert result.exit_code == 0, result.stderr[-2000:]
         assert DesktopHarness.summary(result) == {
             "final_answer": "",
@@ -270,6 +250,3 @@ def test_reference_episode_in_isolated_sandbox(tmp_path: Path) -> None:
             "unchanged": 0,
         }
         assert verify(task.verifier, sb, "").reward == 1.0
-    finally:
-        sb.destroy()
-        stub.close()
