@@ -92,6 +92,8 @@ async def run_attempt(
 ) -> Episode:
     task = Task.model_validate(task) if isinstance(task, dict) else task
     harness = get_harness(harness_name, **harness_options)
+    adapt = getattr(harness, "adapt_task", None)  # optional: a desktop harness on a page task
+    task = adapt(task) if adapt is not None else task
     start = time.perf_counter()
     labels = {"run": pod.run, "pod": pod.pod_id, "episode": episode_id, "attempt": str(attempt)}
     spec = SandboxSpec(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from forge.harnesses.base import AgentProgram, AttemptContext, agent_env
+from forge.harnesses.desktop_web import on_desktop
 from forge.harnesses.install import PACKAGES
 
 RUNNER_HOST = str(Path(__file__).with_name("agent_s_runner.py").resolve())
@@ -28,6 +29,8 @@ class AgentSHarness(AgentProgram):
     program = RUNNER
     name = "agent-s"
     protocol = "chat"
+
+    adapt_task = staticmethod(on_desktop)  # page tasks: Chromium on the display
 
     def __init__(
         self,

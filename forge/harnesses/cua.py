@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 from forge.harnesses.base import AgentProgram, AttemptContext, agent_env
+from forge.harnesses.desktop_web import on_desktop
 from forge.harnesses.install import PACKAGES, HarnessNotInstalled
 
 RUNNER_HOST = str(Path(__file__).with_name("cua_runner.py").resolve())
@@ -31,6 +32,8 @@ class CuaHarness(AgentProgram):
     program = RUNNER
     name = "cua"
     protocol = "chat"
+
+    adapt_task = staticmethod(on_desktop)  # page tasks: Chromium on the display
 
     def __init__(
         self,

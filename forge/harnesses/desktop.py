@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 from forge.harnesses.base import AgentProgram, AttemptContext, agent_env
+from forge.harnesses.desktop_web import on_desktop
 from forge.harnesses.install import HarnessNotInstalled
 
 HERE = Path(__file__).resolve().parent
@@ -31,6 +32,8 @@ class DesktopHarness(AgentProgram):
     program = PROGRAM
     name = "desktop"
     protocol = "chat"
+
+    adapt_task = staticmethod(on_desktop)  # page tasks: Chromium on the display
 
     def __init__(
         self,

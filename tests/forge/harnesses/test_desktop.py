@@ -227,12 +227,21 @@ def test_no_display_is_reported(tmp_path: Path) -> None:
 @needs_x
 @needs_bwrap
 @pytest.mark.slow
-def test_reference_episode_in_isolated_sandbox(tmp_path: Path) -> None:
-    """A desktop task end to end without Ray: an isolated LocalSandbox, the real services
-    launcher (Xvfb, openbox, xedit inside the sandbox), the harness's own command and env, and
-    a chat endpoint answering with the task's reference solution, then done; the verifier
-    passes on the files the sandbox's xedit saved."""
-    task = next(t for t in load_suite("desktop") if t.id == "xedit_append_item")
+@pytest.mark.parametrize(
+    ("suite", "task_id"),
+    [
+        ("desktop", "xedit_append_item"),
+        ("web", "bank_move_to_savings"),
+        ("miniwob", "choose-list-s0"),
+    ],
+)
+def test_reference_episode_in_isolated_sandbox(tmp_path: Path, suite: str, task_id: str) -> None:
+    """A task end to end without Ray: an isolated LocalSandbox, the real services launcher
+    (Xvfb, openbox and the task's applications inside the sandbox: xedit; for a page task its
+    web application and Chromium in kiosk mode, ``desktop_web.on_desktop``), the harness's own
+    command and env, and a chat endpoint answering with the task's reference solution, then
+    done; the verifier passes on the state the applications left."""
+    task = DesktopHarness.adapt_task(next(t for t in load_suite(suite) if t.id == task_id))
     steps = task.reference_script()["steps"]
     replies = [ok(reply(None, [tool_call(i, s.pop("action"), json.dumps(s))])) for i, s in
                enumerate(steps)]  # fmt: skip
