@@ -126,6 +126,12 @@ class Heartbeat:
     def name(self) -> str:
         return km.lease_name(self.run, self.pod)
 
+    @property
+    def created(self) -> bool:
+        """Whether its Lease has been made (or found): a pod naming a Lease that does not exist
+        is an orphan to the reconcile pass."""
+        return self._created
+
     def beat(self) -> bool:
         coord, now = client.CoordinationV1Api(self.api), micro_time(self.clock())
         body = {"spec": {"renewTime": now, "leaseDurationSeconds": int(self.ttl_s)}}

@@ -56,6 +56,7 @@ from forge.sandboxes.agent_sandbox import AgentSandbox
 from forge.sandboxes.base import SandboxSpec
 from forge.sandboxes.kube_api import (
     NONCE,
+    KubeError,
     KubeUnavailable,
     PodStartError,
     RetryPolicy,
@@ -241,6 +242,9 @@ class KubernetesSandbox(AgentSandbox):
         owner = ensure_run(api, s, run, self.policy)
         holder = str(spec.labels.get("pod") or f"{socket.gethostname()}-{os.getpid()}")
         beat = ensure_heartbeat(api, s, run, holder, owner, self.policy)
+        if not beat.created and not beat.beat():  # its first beat failed (logged): once more
+            why = "the reconcile pass would take a pod naming it for an orphan"
+            raise KubeError(f"heartbeat Lease {beat.name} could not be created ({why})")
         token = secrets.token_hex(32)
         self.deadline = time.time() + spec.deadline_s
         self.name = km.pod_name(spec.labels)

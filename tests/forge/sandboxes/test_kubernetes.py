@@ -398,6 +398,23 @@ def test_leases_stale_all_at_once_reap_nothing(env: Env) -> None:
     assert sorted(env.pods()) == ["p1", "p2", "p3"]
 
 
+def test_no_pod_is_made_before_its_lease(env: Env) -> None:
+    """k8s_scale at 1,000: Lease creates given up under throttling left pods naming a Lease that
+    did not exist, which the reconcile pass deleted as orphans while they were in use. A
+    sandbox whose HarnessPod's Lease cannot be made fails (an infrastructure failure, retried)
+    before its pod is posted; once the Lease can be made, the next create goes through."""
+    leases = r"/apis/coordination.k8s.io/v1/namespaces/[^/]+/leases"
+    env.kube.fault("POST", leases, status=503, times=12)  # the first beat's and the retry's
+    box = env.sandbox()
+    with pytest.raises(KubeError, match=r"heartbeat Lease \S+ could not be created"):
+        box.create(spec())
+    assert env.posts() == []
+    again = env.sandbox()  # the next attempt's sandbox
+    again.create(spec(attempt=1))
+    assert len(env.posts()) == 1
+    assert again.exec(["true"], 5).exit_code == 0
+
+
 def test_a_replaced_harness_pods_pods_go_at_once(env: Env) -> None:
     """The pool replaced hp-stuck (hung, not dead): its Lease is still fresh (its process may
     still beat), yet its pods are deleted now, not when the Lease expires; the other
