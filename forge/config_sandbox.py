@@ -70,7 +70,11 @@ class KubernetesConfig(Strict):
         True, description="Make the run's ConfigMap the owner of its pods (deleting it reaps)."
     )
     heartbeat_s: float = Field(
-        10.0, gt=0, description="Interval of each HarnessPod's heartbeat Lease renewal."
+        10.0,
+        gt=0,
+        description="Interval of each HarnessPod's heartbeat Lease renewal (the Lease lives "
+        "max(30 s, 6 intervals)); 0.1 API calls/s per HarnessPod: at ~1,000 HarnessPods in a "
+        "shared cluster use 60 (docs/scale.md).",
     )
 
     @field_validator("proxy_cidrs")
