@@ -45,7 +45,8 @@ def test_pass_at_1_pass_at_k_and_pass_hat_k() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_forge_eval_oracle_passes_and_noop_fails(tmp_path: Path) -> None:
-    harnesses = ["react"] + [h for h in ("pi", "codex") if PACKAGES[h].installed()]
+    # react and one real harness (pi's own oracle/noop episodes: tests/forge/harnesses/test_pi.py)
+    harnesses = ["react"] + [h for h in ("codex",) if PACKAGES[h].installed()]
     results = {}
     for mode in ("oracle", "noop"):
         out = tmp_path / mode

