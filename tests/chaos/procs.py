@@ -133,12 +133,22 @@ def labels(root: Path, sandbox: str | None) -> dict[str, Any]:
         return {}
 
 
+def runs_react(argv: list[str]) -> bool:
+    """Whether ``argv`` is a python running ``react_agent.py`` (not the bwrap that mounts it,
+    nor the bridge that starts it: they name it too, and a fault meant for the harness that hit
+    the sandbox's own init, stopped, left that init behind for good)."""
+    if not argv or "python" not in os.path.basename(argv[0]):
+        return False
+    args = [a for a in argv[1:] if not a.startswith("-")]
+    return bool(args) and args[0].endswith("react_agent.py")
+
+
 def harness_procs(root: Path) -> list[tuple[Proc, dict[str, Any]]]:
     """The react harness processes (``react_agent.py``) running in sandboxes under ``root``,
     with their sandbox's labels."""
     out = []
     for p in sandbox_procs(root):
-        if any(a.endswith("react_agent.py") for a in p.argv):
+        if runs_react(p.argv):
             found = labels(root, p.sandbox)
             if found:
                 out.append((p, found))
