@@ -26,14 +26,6 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gui_actions
 
-CHROMIUM_CANDIDATES = (
-    "/usr/lib/chromium/chromium",  # Debian's binary (the /usr/bin one is a shell wrapper)
-    "/usr/lib/chromium-browser/chromium-browser",
-    "/usr/bin/chromium",
-    "/usr/bin/chromium-browser",
-    "/usr/bin/google-chrome",
-)
-CHROMIUM_ARGS = ("--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-proxy-server")
 NOTCH_PX = 100
 TEXT_LIMIT = 4000  # characters of visible page text in a text observation
 ELEMENTS_LIMIT = 80
@@ -110,13 +102,6 @@ class BrowserCrashed(Exception):
     """Chromium (or Playwright's driver) died: an infrastructure failure."""
 
 
-def find_chromium(given: str | None = None) -> str | None:
-    """``given`` when set, else the first Chromium of :data:`CHROMIUM_CANDIDATES` that exists."""
-    if given:
-        return given
-    return next((c for c in CHROMIUM_CANDIDATES if os.access(c, os.X_OK)), None)
-
-
 def parse_screen(text: str | None, default: tuple[int, int] = (640, 480)) -> tuple[int, int]:
     """``"640x480"`` as (640, 480); ``default`` when empty or malformed."""
     try:
@@ -166,9 +151,9 @@ class Browser:
         self._pw = sync_playwright().start()
         try:
             self.browser = self._pw.chromium.launch(
-                executable_path=find_chromium(executable),
+                executable_path=gui_actions.find_chromium(executable),
                 headless=True,
-                args=list(CHROMIUM_ARGS),
+                args=list(gui_actions.CHROMIUM_ARGS),
                 env=env,
             )
             self.context = self.browser.new_context(

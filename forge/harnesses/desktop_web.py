@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import shlex
 
+from forge.harnesses.gui_actions import CHROMIUM_ARGS, CHROMIUM_CANDIDATES, find_chromium
 from tasks.schema import Service, Task
 
-CHROMIUM = "/usr/lib/chromium/chromium"  # Debian's binary (/usr/bin/chromium is a wrapper)
 WINDOW = "chromium"  # its WM_CLASS, for the launcher's window: readiness
 SHOWN = "/tmp/forge-page-shown"  # the watcher's mark (outside the workspace the verifier reads)
 WATCH = (
@@ -27,14 +27,11 @@ WATCH = (
     f"touch {SHOWN}; exec sleep 86400"
 )
 FLAGS = (
+    *CHROMIUM_ARGS,  # as the browser harness starts it (no sandbox of its own, no proxy)
     "--kiosk",  # full-screen, no tabs, no address bar: the page is the whole screen
-    "--no-sandbox",  # its own sandbox needs namespaces the outer sandbox does not grant
     "--test-type",  # no infobar about --no-sandbox (it would push the page down)
     "--no-first-run",
     "--no-default-browser-check",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--no-proxy-server",
     "--disable-features=Translate,MediaRouter",
     "--password-store=basic",
     "--force-device-scale-factor=1",
@@ -42,9 +39,11 @@ FLAGS = (
 )
 
 
-def chromium_command(url: str, width: int, height: int, binary: str = CHROMIUM) -> str:
-    """The service's shell command: Chromium showing ``url`` on the whole ``width`` x ``height``
-    screen, with a throwaway profile outside the workspace."""
+def chromium_command(url: str, width: int, height: int) -> str:
+    """The service's shell command: Chromium (the browser harness's, Debian's in a container)
+    showing ``url`` on the whole ``width`` x ``height`` screen, with a throwaway profile outside
+    the workspace."""
+    binary = find_chromium() or CHROMIUM_CANDIDATES[0]
     argv = [binary, *FLAGS, f"--window-size={width},{height}",
             "--user-data-dir=/tmp/forge-chromium-profile", url]  # fmt: skip
     return shlex.join(argv)

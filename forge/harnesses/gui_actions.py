@@ -4,12 +4,32 @@ Standard library only: the harness programs import it inside the sandbox (it is 
 them). One OpenAI-style function tool per action of ``tasks.schema.GUI_ACTIONS``, plus ``done``;
 coordinates are integers 0..1000 across the screenshot (:data:`SCALE`), converted to pixels by
 :func:`to_pixels`. The scripted oracle emits calls to these tools by name from a task's
-``GuiAction`` steps, so names and argument keys here are the contract.
+``GuiAction`` steps, so names and argument keys here are the contract. Also where Chromium is
+and how it is started in a sandbox, for the harnesses that run one (the browser's Playwright, and
+the desktop harnesses on page tasks: ``desktop_web``).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+CHROMIUM_CANDIDATES = (
+    "/usr/lib/chromium/chromium",  # Debian's binary (the /usr/bin one is a shell wrapper)
+    "/usr/lib/chromium-browser/chromium-browser",
+    "/usr/bin/chromium",
+    "/usr/bin/chromium-browser",
+    "/usr/bin/google-chrome",
+)
+CHROMIUM_ARGS = ("--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-proxy-server")
+
+
+def find_chromium(given: str | None = None) -> str | None:
+    """``given`` when set, else the first Chromium of :data:`CHROMIUM_CANDIDATES` that exists."""
+    if given:
+        return given
+    return next((c for c in CHROMIUM_CANDIDATES if os.access(c, os.X_OK)), None)
+
 
 SCALE = 1000
 _XY = {

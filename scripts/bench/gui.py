@@ -246,7 +246,7 @@ def timed_steps(
 def hand_browser(task: Task, ws: Path, settle_s: float, timing: dict[str, Any]) -> None:
     from playwright.sync_api import sync_playwright
 
-    from forge.harnesses.browser_page import CHROMIUM_ARGS, find_chromium
+    from forge.harnesses.gui_actions import CHROMIUM_ARGS, find_chromium
     from tasks.gui_play import play, settle
 
     width, height = task.gui.screen if task.gui else (640, 480)

@@ -15,7 +15,7 @@ from types import ModuleType
 import psutil
 import pytest
 
-from forge.harnesses.browser_page import find_chromium
+from forge.harnesses.gui_actions import find_chromium
 from forge.harnesses.install import PACKAGES
 from forge.sandboxes.bwrap import bwrap_works
 
