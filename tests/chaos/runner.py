@@ -106,11 +106,19 @@ class InjectorThread(threading.Thread):
         return self.value
 
 
-def drive(run: Any, steps: int, before_step: Callable[[int], None] | None = None) -> dict[str, Any]:
+def drive(
+    run: Any,
+    steps: int,
+    before_step: Callable[[int], None] | None = None,
+    pending: Callable[[], bool] | None = None,
+    max_extra_steps: int = 3,
+) -> dict[str, Any]:
     """``forge.driver.main``'s loop on ``run``: ``run.one_step`` (collect -> train -> publish
     -> checkpoint) ``steps`` times, each record to metrics.jsonl, then ``finish`` (the last
-    checkpoint and shutdown, whatever happened); ``before_step(step)`` arms a fault. Returns
-    the scheduler's final counts."""
+    checkpoint and shutdown, whatever happened); ``before_step(step)`` arms a fault. While
+    ``pending()`` says the fault has not landed yet, up to ``max_extra_steps`` more steps run
+    (a step's samples may all be collected ahead, in the step before: then nothing is running
+    for the fault to hit). Returns the scheduler's final counts."""
     from forge.driver import finish
     from forge.progress import Progress
 
@@ -118,7 +126,9 @@ def drive(run: Any, steps: int, before_step: Callable[[int], None] | None = None
     code = 1
     with open(run.dir / "metrics.jsonl", "a", buffering=1) as metrics_file:
         try:
-            while run.step < steps:
+            while run.step < steps or (
+                pending is not None and pending() and run.step < steps + max_extra_steps
+            ):
                 if before_step is not None:
                     before_step(run.step + 1)
                 metrics_file.write(json.dumps(run.one_step(progress)) + "\n")

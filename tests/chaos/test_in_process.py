@@ -85,7 +85,9 @@ def run_with_fault(
 
     try:
         with Observer(root) as observer:
-            final = runner.drive(run, STEPS, arm)
+            final = runner.drive(
+                run, STEPS, arm, pending=lambda: bool(injector and injector.is_alive())
+            )
             injected = injector.result() if injector else None
             # A killed process takes a moment to go: a leak is what is still there after 15s.
             poll(lambda: not observer.leaked(), 15, every=0.2)
@@ -95,7 +97,7 @@ def run_with_fault(
             observer,
             runner.GROUP_SIZE,
             dispatched=final["attempts_dispatched"],
-            steps=STEPS,
+            steps=run.step,
         )
     finally:
         runner.teardown(run)
