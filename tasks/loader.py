@@ -19,6 +19,7 @@ import yaml
 from pydantic import ValidationError
 
 from rewards.common import SpecError, join_field
+from tasks import claw_gen
 from tasks.schema import Task
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -149,7 +150,14 @@ def resolve_suite(name_or_path: str | PathLike[str]) -> list[Path]:
 
 
 def load_suite(name_or_path: str | PathLike[str]) -> list[Task]:
-    """Load every task of a suite; ids must be unique across all its files."""
+    """Load every task of a suite; ids must be unique across all its files. A generated suite's
+    name (``claw-gen/train``: :mod:`tasks.claw_gen`) builds its tasks instead."""
+    text = str(name_or_path)
+    if claw_gen.is_generated(text) and not Path(text).exists():
+        try:
+            return claw_gen.load(text)
+        except ValueError as e:
+            raise TaskError([(text, "", str(e).removeprefix(text + ": "))]) from None
     tasks: list[Task] = []
     problems: list[tuple[str, str, str]] = []
     owner: dict[str, str] = {}
