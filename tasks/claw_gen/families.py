@@ -236,8 +236,7 @@ def csv_to_json(rng: random.Random) -> Spec:
     rows = _orders(rng, rng.randint(3, 5))
     want = [{"name": a, "city": b, "amount": c} for a, b, c in rows]
     check = (
-        "python3 -c \"import json; d = json.load(open('orders.json')); "
-        f'assert d == {want!r}, d"'
+        f"python3 -c \"import json; d = json.load(open('orders.json')); assert d == {want!r}, d\""
     )
     return {
         "instruction": "Convert orders.csv to orders.json: a JSON list of objects with the keys "
