@@ -178,6 +178,53 @@ class Trainer:
         (boxes: :func:`actors.replay_buffer.unbox`)."""
         return self.train_step(unbox(boxes))
 
+    def sft_step(self, episodes: list[Episode]) -> dict[str, float]:
+        """One supervised update: the mean per-episode negative log-likelihood of the sampled
+        (teacher) tokens of ``episodes``, with the same rows, micro-batches, clipping and
+        non-finite guard as :meth:`train_step`. Metrics: ``loss``, ``grad_norm``, ``tokens``,
+        ``episodes``, ``updated``, ``step_time_s``."""
+        t0 = time.perf_counter()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss, tokens = self._nll(episodes, grad=True)
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
+        updated = bool(torch.isfinite(loss) & torch.isfinite(norm)) and tokens > 0
+        if updated:
+            self.optimizer.step()
+            self.step += 1
+            self.version += 1
+        else:
+            self.nonfinite_skipped += int(tokens > 0)
+        self.optimizer.zero_grad(set_to_none=True)
+        return {
+            "loss": float(loss),
+            "grad_norm": float(norm),
+            "tokens": float(tokens),
+            "episodes": float(len(episodes)),
+            "updated": float(updated),
+            "step_time_s": time.perf_counter() - t0,
+        }
+
+    @torch.no_grad()
+    def sft_loss(self, episodes: list[Episode]) -> float:
+        """The mean per-episode negative log-likelihood of ``episodes``' sampled tokens (a
+        held-out loss), no update."""
+        return float(self._nll(episodes, grad=False)[0])
+
+    def _nll(self, episodes: list[Episode], grad: bool) -> tuple[Tensor, int]:
+        rows = build_rows(episodes, [0.0] * len(episodes), self.image_processor is not None)
+        total, tokens = torch.zeros((), device=self.device), 0
+        for mb_cpu in micro_batches(
+            rows, self.config.micro_batch_tokens, self.tokenizer.pad_token_id
+        ):
+            vision = self._vision(mb_cpu)
+            mb = mb_cpu.to(self.device)
+            new, _ = token_logprobs(self.model, mb, False, vision, self.banned)
+            loss = -(new * mb.weights).sum()  # weights: 1 / (E * T_e) on each episode's tokens
+            if grad:
+                loss.backward()
+            total, tokens = total + loss.detach(), tokens + mb.sampled
+        return total, tokens
+
     def _advantages(
         self, groups: list[list[Episode]]
     ) -> tuple[list[Episode], list[float], dict[str, float]]:

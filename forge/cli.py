@@ -1,5 +1,5 @@
-"""The ``forge`` command: ``forge run``, ``forge serve``, ``forge tasks``, ``forge harness``,
-``forge image``."""
+"""The ``forge`` command: ``forge run``, ``forge serve``, ``forge tasks``, ``forge eval``,
+``forge collect``, ``forge sft``, ``forge analyze``, ``forge harness``, ``forge image``."""
 
 from __future__ import annotations
 
@@ -123,6 +123,47 @@ def _eval(args: argparse.Namespace) -> int:
     harnesses = [h.strip() for h in named.split(",") if h.strip()]
     out = Path(args.out or os.path.join(config.runs_dir, f"eval-{config.name}"))
     return eval_main(config, harnesses, args.k, out, args.harness_config or [])
+
+
+def _collect(args: argparse.Namespace) -> int:
+    from forge.collect import main as collect_main
+
+    path, overrides = _config_and_overrides(args)
+    try:
+        config = load_config(path or QUICKSTART, overrides)
+    except ConfigError as e:
+        print(f"forge collect: {e}", file=sys.stderr)
+        return 2
+    return collect_main(
+        config,
+        args.teacher,
+        args.tasks or config.tasks,
+        args.k,
+        Path(args.out),
+        min_reward=args.min_reward,
+        temperature=args.temperature,
+        model=args.teacher_model,
+    )
+
+
+def _sft(args: argparse.Namespace) -> int:
+    from forge.sft import train
+
+    try:
+        train(
+            Path(args.dir),
+            args.model,
+            Path(args.out),
+            steps=args.steps,
+            batch=args.batch,
+            lr=args.lr,
+            seed=args.seed,
+            device=args.device,
+        )
+    except ValueError as e:
+        print(f"forge sft: {e}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _analyze(args: argparse.Namespace) -> int:
@@ -285,6 +326,34 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("-k", type=int, default=1, help="attempts per task and harness")
     ev.add_argument("--out", help="output folder (default: runs/eval-<name>)")
     ev.set_defaults(func=_eval, intermixed=True)
+
+    col = sub.add_parser("collect", help="teacher episodes through the harness and proxy")
+    col.add_argument("config", nargs="?", help="YAML config: harness, limits, the student model")
+    col.add_argument("overrides", nargs="*", help="key=value overrides")
+    col.add_argument(
+        "--teacher",
+        required=True,
+        help="'oracle' (the scripted reference solutions) or an OpenAI-compatible base URL "
+        "(ending in /v1; the key from $OPENAI_API_KEY)",
+    )
+    col.add_argument("--teacher-model", help="the model name sent to a teacher URL")
+    col.add_argument("--tasks", help="task suite (default: the config's)")
+    col.add_argument("-k", type=int, default=1, help="attempts per task")
+    col.add_argument("--out", required=True, help="output folder")
+    col.add_argument("--min-reward", type=float, default=1.0, help="keep episodes at least this")
+    col.add_argument("--temperature", type=float, default=1.0, help="the teacher's sampling")
+    col.set_defaults(func=_collect, intermixed=True)
+
+    sft = sub.add_parser("sft", help="fine-tune a model on `forge collect`'s episodes")
+    sft.add_argument("dir", help="a `forge collect` output folder")
+    sft.add_argument("--model", default="tiny", help="tiny, smollm2-135m or a checkpoint dir")
+    sft.add_argument("--out", required=True, help="the checkpoint folder to write")
+    sft.add_argument("--steps", type=int, default=200, help="optimizer steps")
+    sft.add_argument("--batch", type=int, default=8, help="episodes per step")
+    sft.add_argument("--lr", type=float, default=3e-3, help="learning rate (AdamW)")
+    sft.add_argument("--seed", type=int, default=0, help="the model's seed and the sampling's")
+    sft.add_argument("--device", default="cpu", help="torch device")
+    sft.set_defaults(func=_sft)
 
     ana = sub.add_parser("analyze", help="tool-use behaviour per policy version of a run")
     ana.add_argument("run_dir", help="a run directory (runs/<name>)")

@@ -19,10 +19,12 @@ from forge.config_sandbox import Strict as _Strict
 
 
 class EngineConfig(_Strict):
-    name: Literal["torch", "scripted", "vllm"] = Field(
+    name: Literal["torch", "scripted", "vllm", "remote"] = Field(
         "torch",
         description="Engine behind the Policy: 'torch' (HF model in torch), 'vllm' (vLLM's async "
-        "engine, in the .venv-vllm environment) or 'scripted' (the oracle test double).",
+        "engine, in the .venv-vllm environment), 'scripted' (the oracle test double) or "
+        "'remote' (a teacher at an OpenAI-compatible URL, for `forge collect`; `model` names "
+        "the tokenizer its replies are recorded in).",
     )
     model: str = Field(
         "tiny",
@@ -48,10 +50,20 @@ class EngineConfig(_Strict):
         "weights ('wait') or abort them, failing their attempts ('abort').",
     )
 
+    base_url: str | None = Field(
+        None, description="remote only: the teacher's OpenAI-compatible base URL (ends in /v1)."
+    )
+    served_model: str | None = Field(None, description="remote only: the model name sent to it.")
+    api_key_env: str = Field(
+        "OPENAI_API_KEY", description="remote only: the environment variable holding its key."
+    )
+
     def engine_options(self) -> dict[str, Any]:
         """The constructor arguments of engine ``name``."""
         if self.name == "scripted":
             return {"model": self.model, "mode": self.mode}
+        if self.name == "remote":
+            return self.model_dump(include={"model", "base_url", "served_model", "api_key_env"})
         common = self.model_dump(include={"model", "device", "dtype", "seed"})
         if self.name == "vllm":
             extra = ("max_model_len", "kv_cache_gib", "tensor_parallel_size", "inflight")

@@ -6,7 +6,7 @@ from typing import Any
 
 from serve.engines.base import Engine, EngineOutput, EngineRequest
 
-ENGINES = ("torch", "scripted", "vllm")
+ENGINES = ("torch", "scripted", "vllm", "remote")
 
 
 def make_engine(name: str, **options: Any) -> Engine:
@@ -22,6 +22,10 @@ def make_engine(name: str, **options: Any) -> Engine:
         from serve.engines.vllm import VllmEngine
 
         return VllmEngine(**options)
+    if name == "remote":
+        from serve.engines.remote import RemoteEngine
+
+        return RemoteEngine(**options)
     raise ValueError(f"engine: unknown engine {name!r} (known: {', '.join(ENGINES)})")
 
 
