@@ -1,9 +1,11 @@
 """The Scheduler's elastic pool of HarnessPod actors: start (with a deadline), lend, retire.
 
-A pod that cannot be created or started within ``pod_start_timeout_s`` (its constructor or
-``start`` raised, or Ray never found room to schedule it) is killed and counted, and the pool
-answers "no pod now" instead of blocking: the attempts wait in the queue, and the driver's stall
-report names the failed starts and the last error.
+New pods start in the background (:meth:`PodPool.grow`): attempts go to the pods already
+there while others start, so a pod that is slow to schedule holds up nothing. A pod that cannot
+be created or started within ``pod_start_timeout_s`` (its constructor or ``start`` raised, or
+Ray never found room to schedule it) is killed and counted, and further starts back off: the
+attempts wait in the queue, and the driver's stall report names the failed starts and the last
+error.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import asyncio
 import itertools
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,24 +48,33 @@ class PodPool:
         self.last_start_error: str | None = None
         self._next_try = 0.0  # monotonic time before which no new pod is tried (after failures)
         self._backoff = START_BACKOFF_S[0]
+        self._starting: set[asyncio.Task[Pod | None]] = set()
 
     async def fill(self) -> None:
         """Start pods up to ``min_pods`` (failures are counted, not raised)."""
         while len(self.pods) < self.rollout.min_pods and await self.new_pod() is not None:
             pass
 
-    async def idle_pod(self) -> Pod | None:
-        """An idle pod (marked busy), a new one if the pool may grow, or None."""
+    def idle_pod(self) -> Pod | None:
+        """An idle pod (marked busy), or None."""
         for pod in self.pods:
             if not pod.busy:
                 pod.busy = True
                 return pod
-        if len(self.pods) < self.rollout.max_pods:
-            pod = await self.new_pod()
-            if pod is not None:
-                pod.busy = True
-            return pod
         return None
+
+    def grow(self, wanted: int, ready: Callable[[], None]) -> None:
+        """Start up to ``wanted`` more pods in the background (never past ``max_pods``,
+        counting those starting); ``ready()`` is called as each one joins the pool or fails.
+        Nothing waits on a start: attempts go to the pods that are there meanwhile."""
+        starting = len(self._starting)
+        room = self.rollout.max_pods - len(self.pods) - starting
+        for _ in range(min(wanted - starting, room)):
+            if time.monotonic() < self._next_try:
+                return
+            task = asyncio.get_running_loop().create_task(self.new_pod())
+            self._starting.add(task)
+            task.add_done_callback(lambda t: (self._starting.discard(t), ready()))
 
     async def new_pod(self) -> Pod | None:
         if time.monotonic() < self._next_try:
@@ -83,6 +95,10 @@ class PodPool:
                 )
             )
             await asyncio.wait_for(actor.start.remote(), self.rollout.pod_start_timeout_s)
+        except asyncio.CancelledError:  # the pool closed while it started
+            if actor is not None:
+                self._kill(actor)
+            raise
         except Exception as e:  # constructor or start raised, or never scheduled in time
             if isinstance(e, TimeoutError):
                 why = f"not started within {self.rollout.pod_start_timeout_s:g}s"
@@ -144,6 +160,10 @@ class PodPool:
                 self.counts["pods_retired"] += 1
 
     async def close(self) -> None:
+        starting, self._starting = list(self._starting), set()
+        for task in starting:
+            task.cancel()
+        await asyncio.gather(*starting, return_exceptions=True)
         pods, self.pods = self.pods, []
         for pod in pods:
             await self.retire(pod)

@@ -273,9 +273,10 @@ class Scheduler:
                 pass
 
     async def _dispatch_once(self) -> None:
-        """One pass: open the groups the budget allows, lend a pod to each queued attempt
-        there is one for, send the buffer what it is owed (one call: the new attempts'
-        journal records first), then start those attempts."""
+        """One pass: open the groups the budget allows, lend an idle pod to each queued attempt
+        there is one for (and start more pods in the background for the rest), send the buffer
+        what it is owed (one call: the new attempts' journal records first), then start those
+        attempts."""
         self.counts["dispatch_passes"] += 1
         if self._budget > 0 and not await self.buffer.full.remote():
             while self._budget > 0:
@@ -283,22 +284,16 @@ class Scheduler:
                 self.counts["groups_started"] += 1
                 self._open_group(self._next_task(), self.rollout.group_size)
         lent: list[tuple[Pod, Attempt]] = []
-        try:
-            while self._pending and not self._stopping and self._may_lend(len(lent)):
-                pod = await self.pool.idle_pod()  # awaits only to start a new pod
-                if pod is None:
-                    break
-                attempt = self._pending.popleft()
-                attempt.group.queued -= 1
-                attempt.group.running += 1
-                lent.append((pod, attempt))
-        except BaseException:  # cancelled by stop: the lent attempts go back to the queue
-            for pod, attempt in reversed(lent):
-                attempt.group.running -= 1
-                attempt.group.queued += 1
-                self._pending.appendleft(attempt)
-                self.pool.release(pod)
-            raise
+        while self._pending and not self._stopping and self._may_lend(len(lent)):
+            pod = self.pool.idle_pod()
+            if pod is None:
+                break
+            attempt = self._pending.popleft()
+            attempt.group.queued -= 1
+            attempt.group.running += 1
+            lent.append((pod, attempt))
+        if self._pending and not self._stopping:  # more pods, started beside the dispatch
+            self.pool.grow(len(self._pending), self._wake.set)
         # From here on nothing awaits: what was lent starts now, journaled first.
         for _, attempt in lent:
             if attempt.group.result is None:
@@ -318,10 +313,9 @@ class Scheduler:
             await self.pool.retire_idle()
 
     def _may_lend(self, lent: int) -> bool:
-        """Whether the pool may have a pod to lend (it can grow, or not every pod is busy): a
-        full pool of busy pods is not scanned for an idle one at every pass."""
-        pods = len(self.pool.pods)
-        return pods < self.rollout.max_pods or len(self._running) + lent < pods
+        """Whether a pod may be idle (not every pod is busy): a pool of busy pods is not
+        scanned for an idle one at every pass."""
+        return len(self._running) + lent < len(self.pool.pods)
 
     # -- one attempt --------------------------------------------------------------------------
 

@@ -336,6 +336,16 @@ class RunConfig(_Strict):
     def run_dir(self) -> Path:
         return Path(self.runs_dir) / self.name
 
+    def cpus_needed(self, trainer: bool = True) -> int:
+        """Logical CPUs a local cluster needs for this run's actors at their largest (the
+        Policy replicas, the Trainer unless ``trainer`` is False, ``max_pods`` HarnessPods and
+        one to spare), so that no actor waits on a CPU that a local cluster never has."""
+        total = self.policy.replicas * self.actor_options("policy")["num_cpus"] + 1
+        total += self.rollout.max_pods * self.actor_options("harness_pod")["num_cpus"]
+        for kind in ("scheduler", "replay_buffer") + (("trainer",) if trainer else ()):
+            total += self.actor_options(kind)["num_cpus"]
+        return int(total) + 1
+
     def actor_options(self, kind: ActorKind) -> dict[str, Any]:
         """The Ray options of one actor of ``kind``: ``placement.<kind>`` over the kind's
         default CPUs and GPUs (the Policy's: ``policy.num_cpus``/``num_gpus``; a HarnessPod's:

@@ -93,15 +93,7 @@ class Run:
             t["limits"].update(config.task_limits)
         r = config.rollout
         placed = {kind: config.actor_options(kind) for kind in KINDS}
-        needed = (
-            config.policy.replicas * placed["policy"]["num_cpus"]
-            + placed["trainer"]["num_cpus"]
-            + placed["scheduler"]["num_cpus"]
-            + placed["replay_buffer"]["num_cpus"]
-            + 1
-            + r.max_pods * placed["harness_pod"]["num_cpus"]
-        )
-        mode = init_ray(num_cpus=max(os.cpu_count() or 1, int(needed) + 1))
+        mode = init_ray(num_cpus=max(os.cpu_count() or 1, config.cpus_needed()))
         for line in placement_warnings(config, placed, ray.nodes()):
             print(f"[forge] warning: {line}", file=sys.stderr, flush=True)
         reaped = reap_sandboxes(config.sandbox, config.name)

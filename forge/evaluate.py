@@ -29,6 +29,7 @@ it was defined.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
@@ -265,7 +266,9 @@ def evaluate(config: RunConfig, agents: list[Agent], k: int, out: Path) -> dict[
         tasks = [t for t in tasks if t["id"] in set(config.task_ids)]
     for t in tasks:
         t["limits"].update(config.task_limits)
-    init_ray()
+    init_ray(
+        num_cpus=max(os.cpu_count() or 1, *(r.cpus_needed(trainer=False) for r in runs.values()))
+    )
     policy = deploy_policy(
         config.policy, app_name="forge-eval-policy", placement=config.placement.policy
     )

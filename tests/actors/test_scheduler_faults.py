@@ -68,6 +68,8 @@ class Pod:
     async def start(self) -> str:
         if self.mode == "start_raises":
             raise RuntimeError("cannot bind")
+        if self.mode == "slow_growth" and self.pod_id != "pod-0":
+            await asyncio.sleep(300)  # a pod Ray takes long to place: only the first is quick
         return "sim://"
 
     async def stop(self) -> None:
@@ -144,6 +146,18 @@ def test_pod_that_never_schedules_times_out(ray_cluster, tmp_path) -> None:
     ray_cluster.get(sched.stop.remote())
     assert stats["pods_failed_start"] >= 1 and stats["attempts_dispatched"] == 0, stats
     assert "not started within 1s" in report
+
+
+def test_a_pod_slow_to_start_holds_up_no_attempt(ray_cluster, tmp_path) -> None:
+    """While the pool grows, attempts run on the pods already there: a group settles on the
+    one pod long before the second could start (the dispatch once waited on the start)."""
+    sched, _ = _scheduler(ray_cluster, tmp_path, "slow_growth", min_pods=1, pod_start_timeout_s=60)
+    sched.request.remote(1)
+    settled = ray_cluster.get(sched.wait_settled.remote(1, 20), timeout=30)
+    stats = ray_cluster.get(sched.stats.remote())
+    ray_cluster.get(sched.stop.remote())
+    assert settled == {"groups_buffered": 1, "groups_dropped": 0}, stats
+    assert stats["pods"] == 1 and stats["pods_failed_start"] == 0, stats
 
 
 def test_hung_attempt_times_out_replaces_its_pod_and_is_retried(ray_cluster, tmp_path) -> None:
