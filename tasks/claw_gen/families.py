@@ -82,6 +82,23 @@ def _py(code: str) -> str:
 
 # -- files -------------------------------------------------------------------------------------
 
+NOTE_FILES = ("note.txt", "memo.txt", "code.txt", "key.txt", "tag.txt", "word.txt")
+# every (file, word) pair once, in a fixed shuffled order: instance i of read_word is pair i
+_PAIRS = [(f, w) for f in NOTE_FILES for w in (*WORDS, *NAMES)]
+random.Random("claw-gen:read_word").shuffle(_PAIRS)
+
+
+def read_word(rng: random.Random, index: int) -> Spec:
+    """The smallest agent skill: look before answering (the word is only in the file)."""
+    name, word = _PAIRS[index % len(_PAIRS)]
+    return {
+        "instruction": f"Reply with the word in {name}.",
+        "files": {name: word + "\n"},
+        "verifier": _answer(word),
+        "solution": [f"cat {name}"],
+        "answer": word,
+    }
+
 
 def read_code(rng: random.Random) -> Spec:
     name, code = _file(rng), str(rng.randint(1000, 9999))
@@ -460,8 +477,15 @@ def count_files(rng: random.Random) -> Spec:
     }
 
 
-FAMILIES: dict[str, Callable[[random.Random], Spec]] = {
-    f.__name__: f
+def _seeded(family: Callable[[random.Random], Spec]) -> Callable[[random.Random, int], Spec]:
+    return lambda rng, index: family(rng)
+
+
+# name -> (instance maker: (rng, index) -> spec, (train instances, test instances))
+FAMILIES: dict[str, tuple[Callable[[random.Random, int], Spec], tuple[int, int]]] = {
+    "read_word": (read_word, (192, 48)),
+} | {
+    f.__name__: (_seeded(f), (12, 4))
     for f in (
         read_code,
         count_lines,
