@@ -53,7 +53,7 @@ def student_turns(record: dict[str, Any], tokenizer: Any) -> list[Turn]:
     """The turns of one recorded episode, rendered for the student (``tokenizer``): prompt ids
     from the request through the student's template, completion ids from the teacher's reply
     in the template's assistant form, plus the end-of-turn token where the reply ended."""
-    from serve.chat_template import parse_completion, render, render_assistant
+    from serve.chat_template import parse_completion, render_assistant, render_with
 
     turns = []
     for t in record["turns"]:
@@ -65,7 +65,8 @@ def student_turns(record: dict[str, Any], tokenizer: Any) -> list[Turn]:
         completion = tokenizer(body, add_special_tokens=False).input_ids
         if t["finish_reason"] != "length":
             completion.append(tokenizer.eos_token_id)
-        prompt = tokenizer(render(request.messages, request.tools), add_special_tokens=False)
+        text = render_with(tokenizer, request.messages, request.tools)
+        prompt = tokenizer(text, add_special_tokens=False)
         turns.append(
             Turn(
                 episode_id=record["episode_id"],

@@ -14,10 +14,13 @@ the previous turn went into:
 
 ``prompt_truncated``
     the new prompt is a strict prefix of that sequence (history cut from the end);
+``reasoning_stripped``
+    the first differing token lies inside a completion that held a reasoning block
+    (``</think>``): the harness or the model's own chat template dropped it from the history
+    (Qwen3's template does, for every turn before the last user message);
 ``completion_rewritten``
     the first differing token lies inside the previous turn's completion (the harness sent back
-    a different rendering of what the model said: re-serialised tool arguments, stripped
-    reasoning);
+    a different rendering of what the model said: re-serialised tool arguments);
 ``history_rewritten``
     the first difference lies in an earlier part of the sequence, after its first prompt (an old
     tool result or assistant message was edited);
@@ -55,9 +58,11 @@ from collections.abc import Iterable, Sequence
 
 from forge.types import Segment, Turn
 
+REASONING_END = "</think>"
 RESET_REASONS = (
     "prompt_truncated",
     "completion_rewritten",
+    "reasoning_stripped",
     "history_rewritten",
     "context_changed",
     "fork",
@@ -82,6 +87,7 @@ class _Builder:
         )
         self.last_completion_start = len(prompt)
         self.turns: list[tuple[int, int]] = []  # (prompt end, completion end) of each turn
+        self.reasoned: list[bool] = []  # each turn's completion held a reasoning block
         self.last_turn = turn
         self._add_completion(turn)
 
@@ -105,6 +111,7 @@ class _Builder:
     def _add_completion(self, turn: Turn) -> None:
         seg = self.segment
         self.turns.append((len(seg.tokens), len(seg.tokens) + len(turn.completion_ids)))
+        self.reasoned.append(REASONING_END in turn.text)
         self.last_turn = turn
         seg.tokens.extend(turn.completion_ids)
         seg.loss_mask.extend([1] * len(turn.completion_ids))
@@ -131,6 +138,9 @@ class _Builder:
                     return "fork"
         if d == len(prompt) and len(prompt) < len(tokens):
             return "prompt_truncated"
+        for (start, end), reasoned in zip(self.turns, self.reasoned, strict=True):
+            if reasoned and start <= d < end:  # the template or harness dropped its reasoning
+                return "reasoning_stripped"
         if d >= self.last_completion_start:
             return "completion_rewritten"
         if d < self.segment.prompt_len:

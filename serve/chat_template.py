@@ -179,3 +179,73 @@ def _parse_one(body: str) -> ToolCall | None:
     except (ValueError, RecursionError):
         return None
     return ToolCall(id=new_call_id(), name=obj["name"], arguments=arguments)
+
+
+# -- a checkpoint's own template ---------------------------------------------------------------
+
+
+def own_template(tokenizer: Any) -> str | None:
+    """The Jinja chat template ``tokenizer`` ships with (a Hugging Face checkpoint's own), if
+    any; the built-in models have none and speak the ChatML of :func:`render`."""
+    template = getattr(tokenizer, "chat_template", None)
+    return template if isinstance(template, str) and template.strip() else None
+
+
+def _hf_messages(messages: list[Message], takes_calls: bool) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m.role == "assistant" and m.tool_calls and takes_calls:
+            calls = []
+            for c in m.tool_calls:
+                try:
+                    args: Any = json.loads(c.arguments) if c.arguments else {}
+                except json.JSONDecodeError:
+                    args = c.arguments
+                calls.append(
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": args},
+                    }
+                )
+            out.append({"role": "assistant", "content": m.content, "tool_calls": calls})
+        elif m.role == "assistant":
+            # a template that renders no calls gets them as the text the model wrote
+            out.append({"role": "assistant", "content": render_assistant(m.content, m.tool_calls)})
+        elif m.role == "tool":
+            tool: dict[str, Any] = {"role": "tool", "content": message_text(m)}
+            if m.tool_call_id:
+                tool["tool_call_id"] = m.tool_call_id
+            if m.name:
+                tool["name"] = m.name
+            out.append(tool)
+        else:
+            out.append({"role": m.role, "content": message_text(m)})
+    return out
+
+
+def render_with(
+    tokenizer: Any, messages: list[Message], tools: list[Tool], add_generation_prompt: bool = True
+) -> str:
+    """The prompt text of ``messages`` and ``tools`` for the model of ``tokenizer``: its own
+    chat template through transformers' ``apply_chat_template`` (with the tools, where the
+    template takes them), else :func:`render`. A template that takes no tools gets them listed
+    in the system message as :func:`render` lists them; one that renders no tool calls gets
+    each assistant turn as the text the model wrote (its calls in ``<tool_call>`` blocks), so
+    the history stays what was sampled. A conversation with images is rendered by
+    :func:`render` (its image placeholders are what the vision Policy expands)."""
+    template = own_template(tokenizer)
+    if template is None or any(m.images for m in messages):
+        return render(messages, tools, add_generation_prompt)
+    hf = _hf_messages(messages, takes_calls="tool_calls" in template)
+    takes_tools = "tools" in template.replace("tool_calls", "")
+    if tools and not takes_tools:
+        listed = TOOLS_PREAMBLE.format(tools="\n".join(tool_json(t) for t in tools))
+        if hf and hf[0]["role"] == "system":
+            hf[0] = {**hf[0], "content": hf[0]["content"] + listed}
+        else:
+            hf.insert(0, {"role": "system", "content": DEFAULT_SYSTEM + listed})
+    specs = [json.loads(tool_json(t)) for t in tools] if tools and takes_tools else None
+    return tokenizer.apply_chat_template(
+        hf, tools=specs, tokenize=False, add_generation_prompt=add_generation_prompt
+    )

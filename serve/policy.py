@@ -38,7 +38,7 @@ from ray import serve
 from forge.config import ActorPlacement, PolicyConfig
 from forge.types import ChatRequest, Completion
 from serve.batching import MicroBatcher
-from serve.chat_template import ParsedText, parse_completion, render
+from serve.chat_template import ParsedText, parse_completion, render_with
 from serve.collective import Receiver
 from serve.engines import EngineOutput, EngineRequest, make_engine
 from serve.engines.base import ImageInputError, admit
@@ -80,7 +80,7 @@ class Policy:
     def _tokenize(self, chat: ChatRequest) -> tuple[list[int], Any]:
         """The prompt's ids and, for a vision model, its images' processor outputs: each
         image's one pad token expanded to the image's token count (:mod:`serve.vision`)."""
-        text = render(chat.messages, chat.tools)
+        text = render_with(self.tokenizer, chat.messages, chat.tools)
         ids = self.tokenizer(text, add_special_tokens=False).input_ids
         processor = getattr(self, "image_processor", None)  # (a bare Policy renders text only)
         if processor is None:
