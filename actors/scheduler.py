@@ -361,6 +361,9 @@ class Scheduler:
             episode, reason, error = None, "scheduler_error", e
         if error is not None:
             log.warning("attempt %s/%s: %s: %r", attempt.episode_id, attempt.number, reason, error)
+            if episode is None:  # the failure record says what raised
+                episode = self._failed(attempt, reason or "unknown")
+                episode.failure_detail = f"{type(error).__name__}: {error}"[:2000]
         if reason in POD_SUSPECT:  # the pod leaves the pool first (rare: a task for it)
             task = asyncio.get_running_loop().create_task(
                 self._replace_and_settle(pod, attempt, episode, reason)
@@ -385,6 +388,18 @@ class Scheduler:
         attempt.group.running -= 1
         self._settle(attempt, episode, reason)
 
+    def _failed(self, attempt: Attempt, reason: str) -> Episode:
+        """The record of an attempt that produced no episode."""
+        return Episode(
+            episode_id=attempt.episode_id,
+            task_id=attempt.group.task.get("id", "?"),
+            attempt=attempt.number,
+            harness=self.config.harness,
+            reward=0.0,
+            status="failed",
+            failure=reason,
+        )
+
     def _settle(self, attempt: Attempt, episode: Episode | None, reason: str | None) -> None:
         if attempt.settled:  # never twice, whatever path reached here
             return
@@ -408,15 +423,7 @@ class Scheduler:
             group.episodes[slot] = episode
         else:
             reason = reason or "unknown"
-            record = episode or Episode(
-                episode_id=attempt.episode_id,
-                task_id=group.task.get("id", "?"),
-                attempt=attempt.number,
-                harness=self.config.harness,
-                reward=0.0,
-                status="failed",
-                failure=reason,
-            )
+            record = episode or self._failed(attempt, reason)
             self.outbox.failure(record, group.group_id, reason)
             used = group.retries.get(slot, 0)
             if used < self.rollout.max_retries and group.dropped is None and not self._stopping:

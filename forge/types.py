@@ -201,6 +201,7 @@ class Episode:
     reward: float
     status: str  # "ok" or "failed"
     failure: str | None = None  # infrastructure failure, when status == "failed"
+    failure_detail: str = ""  # what raised, when the pod's call itself failed
     truncated: str | None = None  # the policy ended it (context_full, turn_limit, ...): reward 0
     final_answer: str | None = None
     turns: list[Turn] = field(default_factory=list)

@@ -116,6 +116,9 @@ def test_ray_errors_settle_and_retry(ray_cluster, tmp_path, mode: str, reason: s
     ray_cluster.get(sched.stop.remote())
     assert settled == {"groups_buffered": 2, "groups_dropped": 0}, stats
     assert stats["failures"] == {reason: 4}, stats  # each slot's first attempt, retried once
+    failures = [json.loads(x) for x in (tmp_path / "episodes" / "failures.jsonl").open()]
+    error = {"object_lost": "ObjectLostError", "oom": "OutOfMemoryError", "node_died": "NodeDied"}
+    assert [error[mode] in f["failure_detail"] for f in failures] == [True] * 4, failures
     assert stats["attempts_dispatched"] == stats["attempts_ok"] + stats["attempts_failed"] == 8
 
 
