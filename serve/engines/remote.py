@@ -21,6 +21,7 @@ from forge.types import ChatRequest, ToolCall
 from serve.chat_template import new_call_id, render_assistant
 from serve.engines.base import EngineOutput, EngineRequest
 from serve.models import build_byte_tokenizer, load_model
+from serve.protocol.chat import wire_call
 
 
 def openai_body(chat: ChatRequest, model: str) -> dict[str, Any]:
@@ -29,14 +30,7 @@ def openai_body(chat: ChatRequest, model: str) -> dict[str, Any]:
     for m in chat.messages:
         out: dict[str, Any] = {"role": m.role, "content": m.content}
         if m.tool_calls:
-            out["tool_calls"] = [
-                {
-                    "id": c.id,
-                    "type": "function",
-                    "function": {"name": c.name, "arguments": c.arguments},
-                }
-                for c in m.tool_calls
-            ]
+            out["tool_calls"] = [wire_call(c) for c in m.tool_calls]
         if m.role == "tool":
             out["tool_call_id"] = m.tool_call_id or ""
         messages.append(out)

@@ -163,20 +163,22 @@ def _usage(c: Completion) -> dict[str, int]:
     }
 
 
+def wire_call(call: ToolCall) -> dict[str, Any]:
+    """One tool call as chat completions carries it."""
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
+
+
 def render_response(c: Completion, opts: WireOptions) -> dict[str, Any]:
     message: dict[str, Any] = {
         "role": "assistant",
         "content": c.content if (c.content or not c.tool_calls) else None,
     }
     if c.tool_calls:
-        message["tool_calls"] = [
-            {
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": call.arguments},
-            }
-            for call in c.tool_calls
-        ]
+        message["tool_calls"] = [wire_call(call) for call in c.tool_calls]
     choice: dict[str, Any] = {
         "index": 0,
         "message": message,
