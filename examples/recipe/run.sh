@@ -2,7 +2,7 @@
 # The recipe, end to end: teacher episodes (the oracle, through the react harness and the
 # recording proxy) -> SFT -> GRPO, with the held-out split evaluated after each stage.
 #
-#   bash examples/recipe/run.sh                 # OUT=runs/recipe SFT_STEPS=300 RL_STEPS=20 K=4
+#   bash examples/recipe/run.sh                 # OUT=runs/recipe SFT_STEPS=800 RL_STEPS=20 K=4
 #
 # Writes OUT/table.md: held-out pass@1 and pass@k for the base model, after SFT and after
 # SFT+RL. Every stage is a plain forge command; rerun any of them by hand.
@@ -13,7 +13,7 @@ OUT=${OUT:-runs/recipe}
 CONFIG=${CONFIG:-examples/recipe/react.yaml}
 TRAIN=${TRAIN:-claw-gen/train/read_word}
 TEST=${TEST:-claw-gen/test/read_word}
-SFT_STEPS=${SFT_STEPS:-300}
+SFT_STEPS=${SFT_STEPS:-800}
 RL_STEPS=${RL_STEPS:-20}
 K=${K:-4}
 SEED=${SEED:-0}
@@ -25,9 +25,12 @@ evaluate() {  # evaluate NAME MODEL
     --tasks "$TEST" -k "$K" --out "$OUT/eval-$1"
 }
 
+# the student: tiny with a compact chat template of its own (examples/recipe/tiny_student.py)
+.venv/bin/python examples/recipe/tiny_student.py "$OUT/student" "$SEED"
 "$FORGE" collect "$CONFIG" --teacher oracle --tasks "$TRAIN" -k 1 --out "$OUT/teacher"
-"$FORGE" sft "$OUT/teacher" --model tiny --seed "$SEED" --steps "$SFT_STEPS" --out "$OUT/sft"
-evaluate base tiny
+"$FORGE" sft "$OUT/teacher" --model "$OUT/student" --seed "$SEED" --steps "$SFT_STEPS" \
+  --lr 1e-3 --out "$OUT/sft"
+evaluate base "$OUT/student"
 evaluate sft "$OUT/sft"
 "$FORGE" run "$CONFIG" "policy.engine.model=$OUT/sft" "runs_dir=$OUT" name=rl \
   "steps=$RL_STEPS" "checkpoint_every=$RL_STEPS"
