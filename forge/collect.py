@@ -84,7 +84,7 @@ def collect(
         "k": k,
         "min_reward": min_reward,
         "played": len(lines),
-        "failed_attempts": sum(results["failures"].values()) if results.get("failures") else 0,
+        "failed_attempts": sum(results["failures"].values()),
         "pass@1": results["pass@1"],
         "kept": len(kept),
         "dropped": dropped,

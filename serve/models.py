@@ -198,6 +198,11 @@ def _smollm2_dir() -> Path:
     return target
 
 
+def load_tokenizer(name: str) -> Any:
+    """The tokenizer of model ``name`` alone (the tiny one is built without a model)."""
+    return build_byte_tokenizer() if name == "tiny" else load_model(name)[1]
+
+
 def load_model(name: str, seed: int = 0, dtype: str = "float32") -> tuple[Any, Any]:
     """Load ``(model, tokenizer)`` by built-in name or local checkpoint path, offline."""
     model, tok, _ = load_model_and_processor(name, seed, dtype)

@@ -20,7 +20,7 @@ from typing import Any
 from forge.types import ChatRequest, ToolCall
 from serve.chat_template import new_call_id, render_assistant
 from serve.engines.base import EngineOutput, EngineRequest
-from serve.models import build_byte_tokenizer, load_model
+from serve.models import load_tokenizer
 from serve.protocol.chat import wire_call
 
 
@@ -72,7 +72,7 @@ class RemoteEngine:
         self.key = os.environ.get(api_key_env, "")
         self.timeout_s = timeout_s
         self.max_context: int | None = None  # the teacher's own context decides
-        self.tokenizer = build_byte_tokenizer() if model == "tiny" else load_model(model)[1]
+        self.tokenizer = load_tokenizer(model)
 
     async def generate(self, requests: list[EngineRequest]) -> list[EngineOutput]:
         return list(await asyncio.gather(*(asyncio.to_thread(self._one, r) for r in requests)))

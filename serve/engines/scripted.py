@@ -44,7 +44,7 @@ from serve.engines.scripted_tools import (
     refused,
     workspace_of,
 )
-from serve.models import build_byte_tokenizer, load_model
+from serve.models import load_tokenizer
 
 __all__ = [
     "NOOP_ANSWER",
@@ -196,8 +196,7 @@ class ScriptedEngine:
             raise ValueError(f"engine.mode: {mode!r} is not 'oracle' or 'noop'")
         self.mode = mode
         self.max_context: int | None = None  # the oracle has no context to fill
-        # Only the tokenizer is needed; the tiny one is built without a model.
-        self.tokenizer = build_byte_tokenizer() if model == "tiny" else load_model(model)[1]
+        self.tokenizer = load_tokenizer(model)
 
     async def generate(self, requests: list[EngineRequest]) -> list[EngineOutput]:
         return [self._one(r) for r in requests]

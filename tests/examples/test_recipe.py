@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -25,14 +26,22 @@ def test_recipe_beats_the_base_model_on_held_out_tasks(tmp_path: Path) -> None:
         "K": "2",
         "FORGE": str(ROOT / ".venv" / "bin" / "forge"),
     }
-    run = subprocess.run(
+    # its own session: on a timeout the script and every forge command it started are killed
+    run = subprocess.Popen(
         ["bash", str(ROOT / "examples" / "recipe" / "run.sh")],
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
-        timeout=1400,
+        start_new_session=True,
     )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    try:
+        output, _ = run.communicate(timeout=1400)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+    assert run.returncode == 0, output[-6000:]
     out = tmp_path / "recipe"
     passed = {
         stage: json.loads((out / f"eval-{stage}" / "eval.json").read_text())["harnesses"]["react"]
