@@ -40,24 +40,16 @@ class SftSet:
     skipped: dict[str, int]
 
 
-def _parse(protocol: str, body: dict[str, Any]) -> Any:
-    from serve.protocol import anthropic, chat, responses
-
-    parser = {"chat": chat, "responses": responses, "anthropic": anthropic}.get(protocol)
-    if parser is None:
-        raise ValueError(f"unknown protocol {protocol!r}")
-    return parser.parse_request(body)[0]
-
-
 def student_turns(record: dict[str, Any], tokenizer: Any) -> list[Turn]:
     """The turns of one recorded episode, rendered for the student (``tokenizer``): prompt ids
     from the request through the student's template, completion ids from the teacher's reply
     in the template's assistant form, plus the end-of-turn token where the reply ended."""
     from serve.chat_template import parse_completion, render_assistant, render_with
+    from serve.protocol.wire import parse_request
 
     turns = []
     for t in record["turns"]:
-        request = _parse(t["protocol"], t["request"])
+        request = parse_request(t["protocol"], t["request"])
         if request.images:
             raise ValueError("a turn has images (SFT takes text turns only)")
         parsed = parse_completion(t["text"]) if request.tools else None

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from types import ModuleType
 from typing import Any, Protocol
 
 from starlette.applications import Starlette
@@ -27,20 +26,15 @@ from starlette.routing import BaseRoute, Route
 from forge.types import ChatRequest, Completion
 from serve.engines.base import ContextLengthError, ImageInputError
 from serve.live import LiveCompletion
-from serve.protocol import anthropic, chat, responses
+from serve.protocol import anthropic
 from serve.protocol.body import parse_body
 from serve.protocol.common import ProtocolError, WireOptions, WireProtocol, error_body
 from serve.protocol.images import ImageOptions, image_options
+from serve.protocol.wire import MODULES
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
-
-_MODULES: dict[WireProtocol, ModuleType] = {
-    "chat": chat,
-    "responses": responses,
-    "anthropic": anthropic,
-}
 
 
 class Backend(Protocol):
@@ -168,7 +162,7 @@ def _generation_endpoint(
     max_body_bytes: int,
     images: ImageOptions | None = None,
 ) -> Callable[[Request], Awaitable[Response]]:
-    module = _MODULES[protocol]
+    module = MODULES[protocol]
 
     async def endpoint(request: Request) -> Response:
         ctx: Any = _UNAUTHORIZED
