@@ -47,7 +47,7 @@ from forge.logprobs import GapStats, token_logprobs
 from forge.rng import rng_state, set_rng_state
 from forge.types import Episode
 from serve.collective import Broadcaster, metas_of
-from serve.models import load_model, load_model_and_processor
+from serve.models import flush_denormals, load_model, load_model_and_processor
 from serve.vision import (
     VisionInputs,
     check_image_pads,
@@ -115,6 +115,7 @@ class Trainer:
         norm) and ``nonfinite_skipped_total``.
         """
         t0 = time.perf_counter()
+        flush_denormals()
         cfg = self.config
         episodes, advantages, stats = self._advantages(groups)
         rows = build_rows(episodes, advantages, images=self.image_processor is not None)
@@ -211,6 +212,7 @@ class Trainer:
         return float(self._nll(episodes, grad=False)[0])
 
     def _nll(self, episodes: list[Episode], grad: bool) -> tuple[Tensor, int]:
+        flush_denormals()
         rows = build_rows(episodes, [0.0] * len(episodes), self.image_processor is not None)
         total, tokens = torch.zeros((), device=self.device), 0
         for mb_cpu in micro_batches(

@@ -1,5 +1,6 @@
 """The ``forge`` command: ``forge run``, ``forge serve``, ``forge tasks``, ``forge eval``,
-``forge collect``, ``forge sft``, ``forge analyze``, ``forge harness``, ``forge image``."""
+``forge collect``, ``forge sft``, ``forge student``, ``forge analyze``, ``forge harness``,
+``forge image``."""
 
 from __future__ import annotations
 
@@ -9,18 +10,21 @@ import os
 import sys
 from pathlib import Path
 
-from forge.config import ConfigError, EngineConfig, PolicyConfig, load_config
+from forge.config import ConfigError, EngineConfig, PolicyConfig, RunConfig, load_config
 
-QUICKSTART = Path(__file__).resolve().parent.parent / "examples" / "quickstart.yaml"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+MAIN_JOB = EXAMPLES / "claw.yaml"  # `forge run` with no config
+QUICKSTART = EXAMPLES / "quickstart.yaml"  # the sevens: a smoke test, and other commands' default
 
 
 def _serve(args: argparse.Namespace) -> int:
     from forge.cluster import init_ray
+    from forge.student import model_path
     from serve.policy import deploy_policy
     from serve.server import make_app, run_server
 
-    config = PolicyConfig(
-        engine=EngineConfig(name=args.engine, model=args.model, mode=args.mode),
+    config = PolicyConfig(  # tiny-claw: made on first use, served by its name
+        engine=EngineConfig(name=args.engine, model=model_path(args.model), mode=args.mode),
         replicas=args.replicas,
         num_cpus=args.num_cpus,
     )
@@ -49,6 +53,19 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _student(config: RunConfig, command: str) -> RunConfig | None:
+    """``config`` with ``tiny-claw`` made and named by its path (None after an error, said)."""
+    from forge.harnesses.install import HarnessNotInstalled
+    from forge.sandboxes import IsolationUnavailable
+    from forge.student import resolve
+
+    try:
+        return resolve(config)
+    except (ValueError, RuntimeError, HarnessNotInstalled, IsolationUnavailable) as e:
+        print(f"forge {command}: making the student: {e}", file=sys.stderr)
+        return None
+
+
 def _config_and_overrides(args: argparse.Namespace) -> tuple[str | None, list[str]]:
     """The config file (the first positional that is a file or holds no '=') and the
     key=value overrides, in whatever order they were given."""
@@ -71,8 +88,8 @@ def _run(args: argparse.Namespace) -> int:
         if not os.path.exists(path):
             print(f"forge run: --resume: no config.yaml in {args.resume}", file=sys.stderr)
             return 2
-    elif path is None and QUICKSTART.exists():
-        path = str(QUICKSTART)
+    elif path is None and MAIN_JOB.exists():
+        path = str(MAIN_JOB)
     try:
         config = load_config(path, overrides)
     except ConfigError as e:
@@ -87,7 +104,10 @@ def _run(args: argparse.Namespace) -> int:
                 "name": os.path.basename(resume_dir),
             }
         )
-    return run_main(config, resume=bool(args.resume))
+    resolved = _student(config, "run")
+    if resolved is None:
+        return 2
+    return run_main(resolved, resume=bool(args.resume))
 
 
 def _tasks(args: argparse.Namespace) -> int:
@@ -118,6 +138,10 @@ def _eval(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"forge eval: {e}", file=sys.stderr)
         return 2
+    resolved = _student(config, "eval")
+    if resolved is None:
+        return 2
+    config = resolved
     # the config's own harness unless --harness or --harness-config say which to compare
     named = args.harness or ("" if args.harness_config else config.harness)
     harnesses = [h.strip() for h in named.split(",") if h.strip()]
@@ -134,8 +158,11 @@ def _collect(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"forge collect: {e}", file=sys.stderr)
         return 2
+    resolved = _student(config, "collect")
+    if resolved is None:
+        return 2
     return collect_main(
-        config,
+        resolved,
         args.teacher,
         args.tasks or config.tasks,
         args.k,
@@ -163,6 +190,16 @@ def _sft(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"forge sft: {e}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _student_cmd(args: argparse.Namespace) -> int:
+    from forge.student import NAME
+
+    resolved = _student(load_config(str(MAIN_JOB), [f"policy.engine.model={NAME}"]), "student")
+    if resolved is None:
+        return 2
+    print(resolved.policy.engine.model)
     return 0
 
 
@@ -276,7 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="run a job from a config (default: the quickstart)")
+    run = sub.add_parser("run", help="run a job from a config (default: examples/claw.yaml)")
     run.add_argument("config", nargs="?", help="YAML config file")
     run.add_argument("overrides", nargs="*", help="key=value overrides, e.g. policy.replicas=2")
     run.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
@@ -350,10 +387,15 @@ def build_parser() -> argparse.ArgumentParser:
     sft.add_argument("--out", required=True, help="the checkpoint folder to write")
     sft.add_argument("--steps", type=int, default=200, help="optimizer steps")
     sft.add_argument("--batch", type=int, default=8, help="episodes per step")
-    sft.add_argument("--lr", type=float, default=3e-3, help="learning rate (AdamW)")
+    sft.add_argument(
+        "--lr", type=float, default=1e-3, help="peak learning rate (AdamW; warm-up, cosine decay)"
+    )
     sft.add_argument("--seed", type=int, default=0, help="the model's seed and the sampling's")
     sft.add_argument("--device", default="cpu", help="torch device")
     sft.set_defaults(func=_sft)
+
+    stu = sub.add_parser("student", help="make tiny-claw, the main job's model, if missing")
+    stu.set_defaults(func=_student_cmd)
 
     ana = sub.add_parser("analyze", help="tool-use behaviour per policy version of a run")
     ana.add_argument("run_dir", help="a run directory (runs/<name>)")

@@ -28,7 +28,9 @@ class EngineConfig(_Strict):
     )
     model: str = Field(
         "tiny",
-        description="Model: 'tiny', 'smollm2-135m', or a local Hugging Face checkpoint directory.",
+        description="Model: 'tiny', 'tiny-claw' (tiny after SFT on oracle claw episodes; made "
+        "on first use, forge/student.py), 'smollm2-135m', or a local Hugging Face checkpoint "
+        "directory.",
     )
     device: str = Field("cpu", description="torch device for the torch engine.")
     dtype: str = Field("float32", description="torch dtype name for the weights.")
@@ -280,11 +282,19 @@ class RunConfig(_Strict):
         "and node labels per actor (defaults: as a run on one machine asks).",
     )
     steps: int = Field(20, ge=0, description="Trainer steps to run.")
-    eval_every: int = Field(0, ge=0, description="Evaluate every k steps (0: never).")
+    eval_every: int = Field(
+        0, ge=0, description="Evaluate every k steps, and once before the first (0: never)."
+    )
     eval_tasks: str | None = Field(
         None, description="Suite to evaluate on (default: the training suite)."
     )
     eval_temperature: float = Field(0.0, ge=0, description="Sampling temperature in evaluation.")
+    eval_k: int = Field(
+        1,
+        ge=1,
+        description="Attempts per evaluation task; the pass rate is over all of them (more "
+        "attempts, less noise at temperature > 0).",
+    )
     checkpoint_every: int = Field(
         0, ge=0, description="Checkpoint every k steps (0: only at the end)."
     )

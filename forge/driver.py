@@ -229,9 +229,8 @@ class Run:
         return timing
 
     def evaluate(self) -> dict[str, float]:
-        episodes = ray.get(
-            self.scheduler.evaluate.remote(self.eval_tasks, self.config.eval_temperature)
-        )
+        attempts = self.eval_tasks * self.config.eval_k
+        episodes = ray.get(self.scheduler.evaluate.remote(attempts, self.config.eval_temperature))
         out = self.dir / "eval" / f"step_{self.step}.jsonl"
         out.parent.mkdir(exist_ok=True)
         write_images(out.parent, episodes)  # eval/images/<sha256>.<ext>
@@ -240,7 +239,7 @@ class Run:
                 f.write(json.dumps(ep.to_dict()) + "\n")
         passed = sum(1 for ep in episodes if ep.status == "ok" and ep.reward >= 1.0)
         return {
-            "eval_pass_rate": passed / max(1, len(self.eval_tasks)),
+            "eval_pass_rate": passed / max(1, len(attempts)),
             "eval_reward_mean": sum(ep.reward for ep in episodes) / max(1, len(episodes)),
         }
 
@@ -302,6 +301,8 @@ def main(config: RunConfig, resume: bool = False) -> int:
     metrics_file = open(run.dir / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115
     code = 0
     try:
+        if config.eval_every and run.step == 0:  # where the curve starts
+            metrics_file.write(json.dumps(progress.evaluated(0, run.evaluate())) + "\n")
         while run.step < config.steps:
             metrics_file.write(json.dumps(run.one_step(progress)) + "\n")
     except KeyboardInterrupt:

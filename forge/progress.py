@@ -19,6 +19,7 @@ class Progress:
         self.last_episodes = 0
         self.start_step = start_step
         self.rewards: list[float] = []
+        self.evals: list[tuple[int, float]] = []  # (step, held-out pass rate)
         self.last: dict[str, Any] = {}  # the scheduler's counts at the previous step
 
     def collecting(self, sched: dict[str, Any]) -> None:
@@ -70,6 +71,8 @@ class Progress:
             "elapsed_s": now - self.t_start,
         }
         self.rewards.append(record["reward_mean"])
+        if "eval_pass_rate" in record:
+            self.evals.append((step, record["eval_pass_rate"]))
         ev = f" | eval {record['eval_pass_rate']:.2f}" if "eval_pass_rate" in record else ""
         print(
             ("\r" if self.tty else "")
@@ -106,6 +109,16 @@ class Progress:
             "resets": deltas("resets"),
         }
 
+    def evaluated(self, step: int, stats: dict[str, float]) -> dict[str, Any]:
+        """The record of an evaluation outside a training step (the one before the first)."""
+        self.evals.append((step, stats["eval_pass_rate"]))
+        print(
+            f"[forge] eval at step {step}: pass rate {stats['eval_pass_rate']:.3f} "
+            f"({self.config.eval_tasks or self.config.tasks}, k={self.config.eval_k})",
+            flush=True,
+        )
+        return {"step": step, **stats, "elapsed_s": time.perf_counter() - self.t_start}
+
     def summary(self, step: int, final: dict[str, Any]) -> None:
         took = time.perf_counter() - self.t_start
         first = f"{self.rewards[0]:.3f}" if self.rewards else "-"
@@ -118,3 +131,6 @@ class Progress:
             f"{final['groups_dropped']} dropped groups; run dir {self.config.run_dir}",
             flush=True,
         )
+        if len(self.evals) > 1:
+            curve = " -> ".join(f"{rate:.3f} (step {s})" for s, rate in self.evals)
+            print(f"[forge] eval pass rate: {curve}", flush=True)

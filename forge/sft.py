@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 import sys
 import time
@@ -123,13 +124,23 @@ def load_set(folder: Path, tokenizer: Any, share: float = HELDOUT_SHARE) -> SftS
     return out
 
 
+def lr_at(step: int, steps: int, lr: float, warmup: float = 0.05) -> float:
+    """The learning rate of update ``step`` (1-based) of ``steps``: linear warm-up over the
+    first ``warmup`` share, then cosine decay toward 0 (reached one update after the last)."""
+    ramp = max(1, round(warmup * steps))
+    if step <= ramp:
+        return lr * step / ramp
+    done = (step - ramp) / (steps - ramp + 1)
+    return lr * 0.5 * (1 + math.cos(math.pi * done))
+
+
 def train(
     folder: Path,
     model: str,
     out: Path,
     steps: int = 200,
     batch: int = 8,
-    lr: float = 3e-3,
+    lr: float = 1e-3,
     seed: int = 0,
     eval_every: int = 25,
     device: str = "cpu",
@@ -155,7 +166,9 @@ def train(
     with open(log_path, "w", buffering=1) as log:
         for step in range(1, steps + 1):
             picked = rng.sample(data.train, min(batch, len(data.train)))
-            record = {"step": step, **trainer.sft_step(picked)}
+            for group in trainer.optimizer.param_groups:
+                group["lr"] = lr_at(step, steps, lr)
+            record = {"step": step, "lr": lr_at(step, steps, lr), **trainer.sft_step(picked)}
             if data.heldout and (step % eval_every == 0 or step == steps):
                 record["heldout_loss"] = trainer.sft_loss(data.heldout)
             record["elapsed_s"] = time.perf_counter() - t0

@@ -112,4 +112,13 @@ if [ "${FORGE_SKIP_VLLM:-0}" = 1 ]; then
 else
   bash scripts/setup_vllm.sh || log "WARNING: the vLLM environment did not install; its tests will skip"
 fi
+# tiny-claw, the main job's model (forge/student.py): the tiny model after SFT on the oracle's
+# claw episodes, made once (~5 minutes on 2 cores) and kept in ~/.cache/openforge; the test
+# suite skips it (its tests make a small one), and `forge run` makes it if it is missing.
+if [ "${FORGE_SKIP_STUDENT:-0}" = 1 ]; then
+  log "FORGE_SKIP_STUDENT=1: tiny-claw not made here (the first forge run that needs it makes it)"
+else
+  log "tiny-claw (the main job's model): making it if missing"
+  RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE=disabled .venv/bin/forge student || log "WARNING: tiny-claw not made; forge run will try again"
+fi
 log "done: $("$VPY" -c 'import torch, ray; print(f"torch {torch.__version__}, ray {ray.__version__}")')"

@@ -198,6 +198,19 @@ def _smollm2_dir() -> Path:
     return target
 
 
+def flush_denormals() -> None:
+    """Treat denormal floats as zero in the calling thread (and the intra-op threads it starts).
+
+    Trained weights make attention probabilities and their gradients denormal (below 1.2e-38);
+    on x86 CPUs every operation on one is ~100x slower, so the recipe's SFT step of the tiny
+    model went from 0.31 s to 1.03 s over 300 steps (its attention backward 5x slower). The
+    values are far below float32's resolution of anything the loss sees. Per thread (the
+    floating-point state is), so callers make it at the top of each unit of work."""
+    import torch
+
+    torch.set_flush_denormal(True)
+
+
 def load_tokenizer(name: str) -> Any:
     """The tokenizer of model ``name`` alone (the tiny one is built without a model)."""
     return build_byte_tokenizer() if name == "tiny" else load_model(name)[1]

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from serve.engines.base import ContextLengthError, EngineOutput, EngineRequest
-from serve.models import load_model_and_processor
+from serve.models import flush_denormals, load_model_and_processor
 
 
 class TorchEngine:
@@ -64,6 +64,7 @@ class TorchEngine:
 
     @torch.inference_mode()
     def generate_sync(self, requests: list[EngineRequest]) -> list[EngineOutput]:
+        flush_denormals()  # a pool thread: its own floating-point state
         with self._lock:
             return self._generate(requests)
 

@@ -106,6 +106,7 @@ def test_forge_run_trains_checkpoints_and_resumes(tmp_path: Path) -> None:
     first = [
         *FORGE,
         "run",
+        str(ROOT / "examples" / "quickstart.yaml"),
         "policy.engine.name=scripted",
         "harness_options={}",  # the quickstart's defaults offer no tools; the oracle needs them
         "tasks=smoke",
@@ -210,6 +211,7 @@ def test_stalled_collection_is_reported_not_waited_on_forever(tmp_path: Path) ->
     args = [
         *FORGE,
         "run",
+        str(ROOT / "examples" / "quickstart.yaml"),
         "policy.engine.name=scripted",
         "harness_options={}",
         f"tasks={suite}",

@@ -56,6 +56,15 @@ def test_teacher_names_and_what_is_kept() -> None:
     assert dropped == {"below_min_reward": 1, "duplicate": 1, "no_turns": 1}
 
 
+def test_the_sft_schedule_warms_up_then_decays() -> None:
+    from forge.sft import lr_at
+
+    lrs = [lr_at(step, 100, 1e-3) for step in range(1, 101)]
+    assert lrs[:5] == pytest.approx([2e-4, 4e-4, 6e-4, 8e-4, 1e-3])  # 5% warm-up
+    assert all(a > b for a, b in zip(lrs[4:], lrs[5:], strict=False))  # then down
+    assert 0 < lrs[-1] < 1e-5  # toward 0, never 0: the last update still counts
+
+
 def test_oracle_episodes_then_sft(ray_cluster: Any, tmp_path: Path) -> None:
     from forge.sft import load_set, student_turns, train
     from serve.models import build_byte_tokenizer, load_model

@@ -57,7 +57,8 @@ def test_async_mode_never_trains_on_samples_older_than_the_bound(tmp_path: Path)
 @pytest.mark.timeout(1000)
 def test_collective_weight_sync_carries_every_trainer_step(tmp_path: Path) -> None:
     """``weight_sync.strategy=collective``: the trainer broadcasts to both replicas (gloo on a
-    CPU) each step; every step samples with the weights the step before published."""
+    CPU) each step; every step samples with the weights the step before published, and so do
+    the evaluations (before the first step and after the third)."""
     args = [
         "run",
         str(ROOT / "examples" / "quickstart.yaml"),
@@ -70,12 +71,22 @@ def test_collective_weight_sync_carries_every_trainer_step(tmp_path: Path) -> No
         "rollout.group_size=4",
         "rollout.groups_per_step=2",
         "weight_sync.strategy=collective",
+        "eval_every=3",  # and once before the first step
+        "eval_k=3",
     ]
     r = subprocess.run([*FORGE, *args], capture_output=True, text=True, timeout=900, env=_env())
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     run_dir = tmp_path / "collective"
-    steps = _steps(run_dir)
+    before, *steps = _steps(run_dir)
     assert [s["policy_version"] for s in steps] == [1, 2, 3]
+    # the held-out curve starts before training: step 0 on version 0, step 3 on version 3
+    assert before["step"] == 0 and "reward_mean" not in before, before
+    for step, version in ((0, 0), (3, 3)):
+        evals = [json.loads(x) for x in (run_dir / "eval" / f"step_{step}.jsonl").open()]
+        assert len(evals) == 3  # eval_k attempts of the one task
+        assert {t["policy_version"] for e in evals for t in e["turns"]} == {version}
+        rate = sum(e["reward"] >= 1.0 for e in evals) / 3
+        assert (before if step == 0 else steps[-1])["eval_pass_rate"] == rate
     assert all(s["weight_sync_mib"] > 17 for s in steps)  # the tiny model's 17.4 MiB
     episodes = [json.loads(x) for x in (run_dir / "episodes" / "episodes.jsonl").open()]
     versions = [max(t["policy_version"] for t in e["turns"]) for e in episodes]
