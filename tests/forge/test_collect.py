@@ -6,6 +6,7 @@ then ``forge sft`` on what was kept."""
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,7 @@ def test_the_sft_schedule_warms_up_then_decays() -> None:
 
     lrs = [lr_at(step, 100, 1e-3) for step in range(1, 101)]
     assert lrs[:5] == pytest.approx([2e-4, 4e-4, 6e-4, 8e-4, 1e-3])  # 5% warm-up
-    assert all(a > b for a, b in zip(lrs[4:], lrs[5:], strict=False))  # then down
+    assert all(a > b for a, b in pairwise(lrs[4:]))  # then down
     assert 0 < lrs[-1] < 1e-5  # toward 0, never 0: the last update still counts
 
 
