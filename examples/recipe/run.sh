@@ -5,7 +5,8 @@
 #   bash examples/recipe/run.sh                 # OUT=runs/recipe SFT_STEPS=400 RL_STEPS=20 K=4
 #
 # Writes OUT/table.md: held-out pass@1 and pass@k for the base model, after SFT and after
-# SFT+RL. Every stage is a plain forge command; rerun any of them by hand.
+# SFT+RL, per harness in HARNESSES, with forge analyze's rates over the same episodes. Every
+# stage is a plain forge command; rerun any of them by hand.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 FORGE=${FORGE:-.venv/bin/forge}
