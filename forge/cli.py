@@ -8,13 +8,16 @@ import argparse
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from forge.config import ConfigError, EngineConfig, PolicyConfig, RunConfig, load_config
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 MAIN_JOB = EXAMPLES / "claw.yaml"  # `forge run` with no config
 QUICKSTART = EXAMPLES / "quickstart.yaml"  # the sevens: a smoke test, and other commands' default
+T = TypeVar("T")
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -23,8 +26,11 @@ def _serve(args: argparse.Namespace) -> int:
     from serve.policy import deploy_policy
     from serve.server import make_app, run_server
 
-    config = PolicyConfig(  # tiny-claw: made on first use, served by its name
-        engine=EngineConfig(name=args.engine, model=model_path(args.model), mode=args.mode),
+    model = _making_student("serve", lambda: model_path(args.model))  # tiny-claw: made first
+    if model is None:
+        return 2
+    config = PolicyConfig(  # served by the name it was asked for
+        engine=EngineConfig(name=args.engine, model=model, mode=args.mode),
         replicas=args.replicas,
         num_cpus=args.num_cpus,
     )
@@ -55,12 +61,18 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _student(config: RunConfig, command: str) -> RunConfig | None:
     """``config`` with ``tiny-claw`` made and named by its path (None after an error, said)."""
-    from forge.harnesses.install import HarnessNotInstalled
-    from forge.sandboxes import IsolationUnavailable
     from forge.student import resolve
 
+    return _making_student(command, lambda: resolve(config))
+
+
+def _making_student(command: str, make: Callable[[], T]) -> T | None:
+    """``make()``, or None after saying why making ``tiny-claw`` failed."""
+    from forge.harnesses.install import HarnessNotInstalled
+    from forge.sandboxes import IsolationUnavailable
+
     try:
-        return resolve(config)
+        return make()
     except (ValueError, RuntimeError, HarnessNotInstalled, IsolationUnavailable) as e:
         print(f"forge {command}: making the student: {e}", file=sys.stderr)
         return None
