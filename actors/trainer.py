@@ -47,7 +47,7 @@ from forge.logprobs import GapStats, token_logprobs
 from forge.rng import rng_state, set_rng_state
 from forge.types import Episode
 from serve.collective import Broadcaster, metas_of
-from serve.models import flush_denormals, load_model, load_model_and_processor
+from serve.models import flushes_denormals, load_model, load_model_and_processor
 from serve.vision import (
     VisionInputs,
     check_image_pads,
@@ -97,6 +97,7 @@ class Trainer:
 
     # ---- training -------------------------------------------------------------------------
 
+    @flushes_denormals
     def train_step(self, groups: list[list[Episode]]) -> dict[str, float]:
         """One update from ``groups`` (each: the ok attempts of one task); returns metrics.
 
@@ -115,7 +116,6 @@ class Trainer:
         norm) and ``nonfinite_skipped_total``.
         """
         t0 = time.perf_counter()
-        flush_denormals()
         cfg = self.config
         episodes, advantages, stats = self._advantages(groups)
         rows = build_rows(episodes, advantages, images=self.image_processor is not None)
@@ -179,6 +179,7 @@ class Trainer:
         (boxes: :func:`actors.replay_buffer.unbox`)."""
         return self.train_step(unbox(boxes))
 
+    @flushes_denormals
     def sft_step(self, episodes: list[Episode]) -> dict[str, float]:
         """One supervised update: the mean per-episode negative log-likelihood of the sampled
         (teacher) tokens of ``episodes``, with the same rows, micro-batches, clipping and
@@ -205,6 +206,7 @@ class Trainer:
             "step_time_s": time.perf_counter() - t0,
         }
 
+    @flushes_denormals
     @torch.no_grad()
     def sft_loss(self, episodes: list[Episode]) -> float:
         """The mean per-episode negative log-likelihood of ``episodes``' sampled tokens (a
@@ -212,7 +214,6 @@ class Trainer:
         return float(self._nll(episodes, grad=False)[0])
 
     def _nll(self, episodes: list[Episode], grad: bool) -> tuple[Tensor, int]:
-        flush_denormals()
         rows = build_rows(episodes, [0.0] * len(episodes), self.image_processor is not None)
         total, tokens = torch.zeros((), device=self.device), 0
         for mb_cpu in micro_batches(

@@ -15,11 +15,15 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+R = TypeVar("R")
 
 log = logging.getLogger(__name__)
 
@@ -198,17 +202,27 @@ def _smollm2_dir() -> Path:
     return target
 
 
-def flush_denormals() -> None:
-    """Treat denormal floats as zero in the calling thread (and the intra-op threads it starts).
+def flushes_denormals(fn: Callable[..., R]) -> Callable[..., R]:
+    """Run ``fn`` with denormal floats treated as zero (CPU), as it was set before afterwards.
 
     Trained weights make attention probabilities and their gradients denormal (below 1.2e-38);
     on x86 CPUs every operation on one is ~100x slower, so the recipe's SFT step of the tiny
     model went from 0.31 s to 1.03 s over 300 steps (its attention backward 5x slower). The
-    values are far below float32's resolution of anything the loss sees. Per thread (the
-    floating-point state is), so callers make it at the top of each unit of work."""
+    values are far below float32's resolution of anything the loss sees. The setting is the
+    calling thread's floating-point state, so it is made per call and put back: code that
+    shares the thread (a test's property checks, a user's own numerics) never sees it."""
     import torch
 
-    torch.set_flush_denormal(True)
+    @functools.wraps(fn)
+    def flushed(*args: Any, **kwargs: Any) -> R:
+        was = float(torch.tensor(1e-39) * 1.0) == 0.0  # a denormal reads as 0 when flushing
+        torch.set_flush_denormal(True)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            torch.set_flush_denormal(was)
+
+    return flushed
 
 
 def load_tokenizer(name: str) -> Any:

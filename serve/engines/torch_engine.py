@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from serve.engines.base import ContextLengthError, EngineOutput, EngineRequest
-from serve.models import flush_denormals, load_model_and_processor
+from serve.models import flushes_denormals, load_model_and_processor
 
 
 class TorchEngine:
@@ -62,9 +62,9 @@ class TorchEngine:
     def state_dict(self) -> dict[str, Any]:
         return {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
 
+    @flushes_denormals  # in the calling (pool) thread, and put back after
     @torch.inference_mode()
     def generate_sync(self, requests: list[EngineRequest]) -> list[EngineOutput]:
-        flush_denormals()  # a pool thread: its own floating-point state
         with self._lock:
             return self._generate(requests)
 
