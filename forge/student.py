@@ -3,7 +3,7 @@ oracle's episodes of ``claw-gen/train/read_word``, played through the react harn
 the main job (``examples/claw.yaml``) plays them.
 
 No model hub is reachable and a random 5M-parameter model never makes a tool call, so the
-first command that names ``tiny-claw`` makes it (~2 minutes on 2 cores): the base model with
+first command that names ``tiny-claw`` makes it (~3 minutes on 2 cores): the base model with
 the compact template, ``forge collect --teacher oracle`` on the training split, then ``forge
 sft``. It is kept in ``$FORGE_CACHE`` (default ``~/.cache/openforge``) under a name that
 changes with the recipe, so a changed recipe never reuses a stale checkpoint; a build that dies
@@ -124,7 +124,7 @@ def model_path(name: str, like: RunConfig | None = None) -> str:
     path = checkpoint_dir()
     if not (path / "config.json").exists():
         print(
-            f"[forge] {NAME}: first use, making it (~2 minutes on 2 cores; kept in {path}): "
+            f"[forge] {NAME}: first use, making it (~3 minutes on 2 cores; kept in {path}): "
             f"the tiny model, SFT on the oracle's episodes of {RECIPE['tasks']}",
             flush=True,
         )
