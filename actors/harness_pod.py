@@ -12,7 +12,8 @@ a :class:`~forge.types.Turn`, token for token; images in a request are recorded 
 the Episode (``Episode.images``) to be written once beside the episode records. It listens on
 a Unix socket that isolated sandboxes reach through their bridge (decision 8) and on TCP at
 ``proxy.host`` (127.0.0.1 unless configured; the kubernetes backend's pods need 0.0.0.0 or the
-pod IP, and then the address handed to sandboxes is ``$POD_IP``, else this node's IP).
+pod IP, and then the address handed to sandboxes is ``$POD_IP``, else this node's IP). A task
+with services (``apps``) gets them at the same URL and key (:mod:`actors.service_routes`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 import uvicorn
 from starlette.requests import Request
 
+from actors.service_routes import service_routes
 from forge.config import ProxyConfig, SandboxConfig
 from forge.episode import run_attempt
 from forge.types import ChatRequest, Completion, Episode, ImagePart, Turn
@@ -40,6 +42,7 @@ from serve.http_app import build_app, image_error, protocol_routes, request_api_
 from serve.live import LiveCompletion, stream_policy
 from serve.protocol.common import ProtocolError, WireOptions
 from serve.protocol.images import ImageOptions, redact_images
+from tasks.services import World
 
 log = logging.getLogger(__name__)
 ATTEMPT_PREFIX = "/episodes/{episode_id}/attempts/{attempt:int}"
@@ -61,6 +64,7 @@ class AttemptState:
     refusals: list[str] = field(default_factory=list)  # "STATUS message" of each 4xx answered
     streams: list[tuple[Turn, LiveCompletion]] = field(default_factory=list)
     images: dict[str, ImagePart] = field(default_factory=dict)  # the turns' images by sha256
+    world: World | None = None  # the task's services (actors.service_routes), if it has any
 
     def reject(self, reason: str) -> None:
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
@@ -148,6 +152,7 @@ class HarnessPod:
             return self.address()
         images = ImageOptions(max_bytes=self.proxy_config.max_image_bytes)
         routes = protocol_routes(ATTEMPT_PREFIX, self, self.proxy_config.max_body_bytes, images)
+        routes += service_routes(ATTEMPT_PREFIX, self)
         app = build_app(routes)
         self.socket_path = os.path.join(tempfile.mkdtemp(prefix="forge-pod-"), "proxy.sock")
         # Two servers on one loop: uvicorn binds each itself (sockets handed to it lose
@@ -201,15 +206,18 @@ class HarnessPod:
         script: dict[str, Any] | None = None,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        apps: dict[str, Any] | None = None,
     ) -> dict[str, str]:
-        """Register an attempt; returns its base URL path, full URL and bearer key."""
+        """Register an attempt (with its task's services, ``apps``, if any); returns its base
+        URL path, full URL and bearer key."""
         ident = (episode_id, attempt)
         if ident in self._attempts or ident in self._ended:
             raise ValueError(f"attempt {attempt} of episode {episode_id} already exists")
         key = "forge-" + secrets.token_urlsafe(24)
         self._attempts[ident] = AttemptState(
-            episode_id, attempt, key, script, max_tokens, temperature
-        )
+            episode_id, attempt, key, script, max_tokens, temperature,
+            world=World(apps) if apps else None,
+        )  # fmt: skip
         path = f"/episodes/{episode_id}/attempts/{attempt}"
         return {"path": path, "base_url": f"{self.address()}{path}/v1", "api_key": key}
 

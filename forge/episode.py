@@ -19,6 +19,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from forge.harnesses import AttemptContext, get_harness
+from forge.harnesses.app_tools import app_env, app_extra, app_mounts
 from forge.sandboxes import sandbox_for, services
 from forge.sandboxes.base import ExecResult, SandboxSpec
 from forge.trajectory import assemble
@@ -99,7 +100,7 @@ async def run_attempt(
     spec = SandboxSpec(
         labels=labels,
         deadline_s=task.limits.timeout_s + SANDBOX_SLACK_S,
-        ro_mounts={**harness.ro_mounts(), **services.mounts(task)},
+        ro_mounts={**harness.ro_mounts(), **services.mounts(task), **app_mounts(task)},
         proxy_socket=pod.socket_path,
         proxy_tcp=f"{pod.host}:{pod.port}",
     )
@@ -112,6 +113,7 @@ async def run_attempt(
         script=script,
         max_tokens=task.limits.max_tokens_per_turn,
         temperature=temperature,
+        apps=task.apps,
     )
     result: ExecResult | None = None
     answer: str | None = None
@@ -134,11 +136,11 @@ async def run_attempt(
             timeout_s=task.limits.timeout_s,
             path_var=sandbox.default_path(),
             paths=sandbox.path_map(),
-            extra=services.gui_extra(task),
+            extra={**services.gui_extra(task), **app_extra(task)},
         )
         for path, content in harness.files(ctx).items():
             sandbox.put_file(path, content)
-        env = harness.env(ctx)
+        env = app_env(task, ctx, harness.env(ctx))
         result = await asyncio.to_thread(
             sandbox.exec,
             services.wrap(task, ctx, harness.command(ctx), env),
@@ -176,8 +178,9 @@ async def run_attempt(
     try:
         if failure is None and truncated is None:
             # copies the workspace out, destroys the agent's sandbox, verifies in fresh ones
+            apps = state.world.snapshot() if state.world else None
             verdict = await asyncio.to_thread(
-                run_verifier, task, sandbox, answer, new_sandbox, labels
+                run_verifier, task, sandbox, answer, new_sandbox, labels, apps=apps
             )
             reward, detail = verdict.reward, verdict.detail
     except Exception as e:
@@ -210,4 +213,5 @@ async def run_attempt(
         duration_s=time.perf_counter() - start,
         harness_exit_code=result.exit_code if result else None,
         harness_log=log_text,
+        service_calls=state.world.calls if state.world else [],
     )

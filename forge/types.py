@@ -211,6 +211,9 @@ class Episode:
     duration_s: float = 0.0
     harness_exit_code: int | None = None
     harness_log: str = ""
+    # The task's services (tasks.services): every call, in order: {service, op, via, turn,
+    # writes, error?}; via is how it came (tool, mcp, cli).
+    service_calls: list[dict[str, Any]] = field(default_factory=list)
     # The pixels of the turns' images by sha256: kept in memory, written beside the episode
     # file (``images/<sha256>.<ext>``), never into its JSON line (see :meth:`to_dict`).
     images: dict[str, ImagePart] = field(default_factory=dict)

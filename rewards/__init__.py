@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from forge.sandboxes.base import Sandbox
 from rewards.answer import AnswerChars, AnswerEquals, AnswerRegex
+from rewards.app_state import AppState
 from rewards.base import Verdict, Verifier, VerifierSpec
 from rewards.command import Command
 from rewards.common import AllOf, SpecError, VerifierModel, join_field
@@ -40,6 +41,7 @@ VERIFIERS: dict[str, type[VerifierModel]] = {
         FileAbsent,
         JsonField,
         PageState,
+        AppState,
         Command,
         AnswerEquals,
         AnswerRegex,

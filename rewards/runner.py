@@ -15,8 +15,10 @@
 4. a verifier that runs commands may change its sandbox (a command can run the agent's
    program), so the next verifier gets another fresh copy; read-only checks share one.
 
-Answer-only tasks need no sandbox at all. An error of the sandboxes themselves propagates (the
-attempt is marked failed, not scored); what the agent's files cause is a reward of 0.
+Answer-only tasks need no sandbox at all, nor do ``app_state`` checks (they read the task's
+services' state, which the HarnessPod kept, handed in as ``apps``). An error of the sandboxes
+themselves propagates (the attempt is marked failed, not scored); what the agent's files cause
+is a reward of 0.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from forge.sandboxes.base import ArchiveTooLarge, ExecResult, Sandbox, SandboxSpec
 from forge.sandboxes.bwrap import HOME
 from rewards import build_verifier
+from rewards.app_state import AppState
 from rewards.base import Verdict
 from rewards.command import Command
 from rewards.common import AllOf, VerifierModel
@@ -116,11 +119,13 @@ def run_verifier(
     new_sandbox: Callable[[], Sandbox],
     labels: dict[str, str] | None = None,
     max_workspace_bytes: int = MAX_WORKSPACE_BYTES,
+    apps: dict[str, Any] | None = None,
 ) -> Verdict:
     """Score ``task`` for an attempt whose harness has exited; see the module docstring.
 
     ``new_sandbox`` returns a new, not yet created sandbox of the agent's backend. The agent's
     sandbox is destroyed here, whatever the outcome (its workspace is copied out first).
+    ``apps``: the state of the task's services after the episode (``app_state`` reads it).
     """
     top = build_verifier(task.verifier)
     verifiers = _flatten(top)
@@ -141,6 +146,9 @@ def run_verifier(
     box: Sandbox | None = None
     try:
         for v in verifiers:
+            if isinstance(v, AppState):
+                verdicts.append(v.verify_state(apps))
+                continue
             if not v.reads_sandbox:
                 verdicts.append(v.verify(_NoSandbox(), answer))  # type: ignore[arg-type]
                 continue

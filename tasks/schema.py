@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from rewards import validate_spec
+from tasks.services import APPS, check_apps
 
 ID_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
 
@@ -129,10 +130,34 @@ class GuiAction(BaseModel):
         return self
 
 
+class ServiceCall(BaseModel):
+    """A solution step that calls one operation of a task's service (``apps``): the scripted
+    model plays it through the service's tool where the harness offers one, else through its
+    command-line tool in the shell."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    service: str = Field(description="The service (mail, calendar, contacts, notes, kv).")
+    op: str = Field(description="The operation (send, move, ...).")
+    args: dict[str, Any] = Field(default_factory=dict, description="Its arguments.")
+
+    @model_validator(mode="after")
+    def _known(self) -> ServiceCall:
+        if self.service not in APPS:
+            raise ValueError(f"service: unknown {self.service!r} (known: {', '.join(APPS)})")
+        op = APPS[self.service].ops.get(self.op)
+        if op is None:
+            raise ValueError(f"op: {self.service} has no {self.op!r}")
+        op.check(self.args)  # a ServiceError (a ValueError) names the argument
+        return self
+
+
 def _check_step(step: Any) -> Any:
     if isinstance(step, dict) and "action" in step:
         return GuiAction.model_validate(step)
-    if isinstance(step, GuiAction):
+    if isinstance(step, dict) and "service" in step:
+        return ServiceCall.model_validate(step)
+    if isinstance(step, GuiAction | ServiceCall):
         return step
     if isinstance(step, str):
         if not step.strip():
@@ -156,9 +181,10 @@ def _check_step(step: Any) -> Any:
     )
 
 
-Step = Annotated[str | WriteFile | GuiAction, BeforeValidator(_check_step)]
+Step = Annotated[str | WriteFile | GuiAction | ServiceCall, BeforeValidator(_check_step)]
 """One step of a reference solution: a shell command (run with ``sh -c`` in the workspace), a
-file to write, or a GUI action (:class:`GuiAction`, for GUI tasks)."""
+file to write, a GUI action (:class:`GuiAction`, for GUI tasks) or a call of one of the task's
+services (:class:`ServiceCall`)."""
 
 
 class Service(BaseModel):
@@ -231,6 +257,12 @@ class Task(BaseModel):
         description="Processes started inside the sandbox before the harness (see Service).",
     )
     gui: Gui | None = Field(default=None, description="Set for GUI tasks (see Gui).")
+    apps: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Services offered as tools (mail, calendar, contacts, notes, kv: "
+        "tasks.services), each with its seed ('default' or its state). They are kept by the "
+        "HarnessPod, beside the sandbox and out of its reach; the verifier reads their state.",
+    )
     tags: list[str] = Field(default_factory=list, description="Free-form labels for filtering.")
 
     _source: str | None = PrivateAttr(default=None)
@@ -248,6 +280,11 @@ class Task(BaseModel):
         for path in v:
             check_relative_path(path)
         return v
+
+    @field_validator("apps")
+    @classmethod
+    def _apps_known(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return check_apps(v)
 
     @field_validator("verifier", mode="before")
     @classmethod

@@ -32,10 +32,12 @@ class ReactHarness(AgentProgram):
         tool_timeout_s: float | None = None,
         tools: list[str] | None = None,
         system_prompt: str | None = None,
+        service_tools: bool = True,
     ) -> None:
         """``tools``: the subset of shell, read_file, write_file, finish offered (None: all;
         []: none, a plain chat whose reply is the answer). ``system_prompt``: replaces the
-        default ("" : no system message)."""
+        default ("" : no system message). ``service_tools``: offer a task's services as native
+        tools (``mail_send``); False leaves only their command-line tools, through the shell."""
         unknown = set(tools or ()) - set(TOOL_NAMES)
         if unknown:
             raise ValueError(f"tools: unknown {sorted(unknown)}; known: {', '.join(TOOL_NAMES)}")
@@ -45,6 +47,7 @@ class ReactHarness(AgentProgram):
         self.tool_timeout_s = tool_timeout_s
         self.tools = tools
         self.system_prompt = system_prompt
+        self.service_tools = service_tools
 
     def ro_mounts(self) -> dict[str, str]:
         return {PROGRAM_HOST: PROGRAM}
@@ -57,4 +60,5 @@ class ReactHarness(AgentProgram):
             tool_timeout=self.tool_timeout_s,
             tools=self.tools,
             system_prompt=self.system_prompt,
+            service_tools=None if self.service_tools else "0",
         )

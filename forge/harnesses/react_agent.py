@@ -5,7 +5,9 @@ environment: OPENAI_BASE_URL (ends in /v1), OPENAI_API_KEY, FORGE_MODEL, FORGE_M
 (default 20), optional FORGE_TEMPERATURE, FORGE_MAX_TOKENS, FORGE_TOOL_TIMEOUT (s, default 120),
 FORGE_REQUEST_TIMEOUT (s, default 600), FORGE_TOOLS (comma-separated subset of the tools offered;
 empty: none, a plain chat) and FORGE_SYSTEM_PROMPT (replaces the default; empty: no system
-message). The instruction is argv[1] or FORGE_INSTRUCTION.
+message). The instruction is argv[1] or FORGE_INSTRUCTION. When the task has services
+(FORGE_SERVICES_URL and FORGE_SERVICES_KEY, ``tasks.services``), each of their operations is one
+more tool, ``SERVICE_OP`` (``mail_send``), unless FORGE_SERVICE_TOOLS is 0.
 
 It calls {base}/chat/completions with tools shell, read_file, write_file and finish, runs the
 tool calls in the working directory, and stops on finish, on an answer without tool calls, or at
@@ -153,6 +155,59 @@ def chat(base: str, key: str, body: dict[str, Any], timeout: float) -> dict[str,
     raise ModelError("model endpoint kept answering 503")
 
 
+def services(env: dict[str, str], path: str = "", body: Any = None) -> Any:
+    """One request to the task's services (``tasks.services``): the catalog (GET) or an
+    operation (POST); urllib's HTTPError on a refusal."""
+    req = urllib.request.Request(
+        env["FORGE_SERVICES_URL"].rstrip("/") + path,
+        None if body is None else json.dumps(body).encode(),
+        {
+            "Content-Type": "application/json",
+            "Authorization": f"Bearer {env.get('FORGE_SERVICES_KEY', '')}",
+            "X-Forge-Via": "tool",
+        },
+        method="GET" if body is None else "POST",
+    )
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(req, timeout=60) as resp:
+        return json.loads(resp.read())
+
+
+def service_tools(env: dict[str, str]) -> dict[str, tuple[str, str, dict[str, Any]]]:
+    """The services' operations as tools: name -> (service, op, tool definition)."""
+    if not env.get("FORGE_SERVICES_URL") or env.get("FORGE_SERVICE_TOOLS") == "0":
+        return {}
+    try:
+        catalog = services(env)
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        raise ModelError(f"the task's services could not be reached: {e}") from e
+    out = {}
+    for entry in catalog:
+        for op in entry["ops"]:
+            name = f"{entry['service']}_{op['name']}"
+            function = {
+                "name": name,
+                "description": f"{entry['service']}: {op['description']}",
+                "parameters": op["parameters"],
+            }
+            out[name] = (entry["service"], op["name"], {"type": "function", "function": function})
+    return out
+
+
+def run_service_tool(env: dict[str, str], service: str, op: str, raw_args: Any) -> str:
+    try:
+        args = tool_arguments(f"{service}_{op}", raw_args)
+        return json.dumps(services(env, f"/{service}/{op}", args), ensure_ascii=False)
+    except urllib.error.HTTPError as e:
+        try:
+            detail = json.loads(e.read())["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            detail = f"HTTP {e.code}"
+        return f"error: {detail}"
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        return f"error: {e}"
+
+
 def tool_arguments(name: str, raw: Any) -> dict[str, Any]:
     """A tool call's arguments as a dict (none given: {}); ValueError with the reason, worded
     for the model, when they are not a JSON object."""
@@ -226,7 +281,8 @@ def agent(
     if "FORGE_TOOLS" in env:
         wanted = {t.strip() for t in env["FORGE_TOOLS"].split(",") if t.strip()}
         tools = [t for t in TOOLS if t["function"]["name"] in wanted]
-    body = request_body(env, tools)
+    offered = service_tools(env)
+    body = request_body(env, tools + [t for _, _, t in offered.values()])
     system = env.get("FORGE_SYSTEM_PROMPT", SYSTEM_PROMPT)
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
     messages.append({"role": "user", "content": instruction})
@@ -249,6 +305,8 @@ def agent(
                 if isinstance(answer, dict) and isinstance(answer.get("answer"), str):
                     return answer["answer"], turn, "finish"
                 result = "error: finish needs a string argument: answer"
+            elif name in offered:
+                result = run_service_tool(env, offered[name][0], offered[name][1], raw)
             else:
                 result = run_tool(name, raw, tool_timeout)
             messages.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": result})

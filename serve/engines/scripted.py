@@ -2,7 +2,9 @@
 
 It plays the attempt's reference solution (set on the request by the HarnessPod from the task)
 through whatever shell- or file-writing tool the harness offers (a GUI step through the GUI tool
-of its action's name: :mod:`serve.engines.scripted_gui`), one step per model call, then
+of its action's name: :mod:`serve.engines.scripted_gui`; a service step through the service's
+tool or its command-line tool: :mod:`serve.engines.scripted_services`), one step per model
+call, then
 answers (through a ``finish``-style tool if there is one). With no script, or ``mode="noop"``,
 it never calls a tool. Its text is tokenized with the configured model's tokenizer, so its
 records have exactly the shape of a real model's.
@@ -31,6 +33,7 @@ from serve.chat_template import render_assistant
 from serve.engines.base import EngineOutput, EngineRequest
 from serve.engines.scripted_browser_use import browser_use_reply, is_browser_use
 from serve.engines.scripted_gui import gui_call, is_gui_step
+from serve.engines.scripted_services import cli_command, is_service_step, service_tool_call
 from serve.engines.scripted_tools import (
     DEFAULT_WORKSPACE,
     Writer,
@@ -77,6 +80,11 @@ def step_calls(
     its name (:mod:`serve.engines.scripted_gui`). Empty: no tool can do it."""
     if is_gui_step(step):
         call = gui_call(step, tools, call_id)
+        return [call] if call else []
+    if is_service_step(step):  # the service's tool, else its command-line tool
+        call = service_tool_call(step, tools, call_id) or _shell_call(
+            tools, cli_command(step), call_id
+        )
         return [call] if call else []
     if not isinstance(step, dict):
         call = _shell_call(tools, str(step), call_id)

@@ -16,12 +16,19 @@ from rewards import verify
 from tasks import Task, WriteFile, list_suites, load_suite
 from tasks.schema import GuiAction
 
-ALL: list[tuple[str, Task]] = [(s, t) for s in list_suites() for t in load_suite(s)]
+EVERY: list[tuple[str, Task]] = [(s, t) for s in list_suites() for t in load_suite(s)]
+# Tasks with services are played against their services by tests/tasks/test_claw_services.py
+# (their state lives beside the sandbox); here only their oracle's size is checked.
+ALL = [(s, t) for s, t in EVERY if not t.apps]
 # Solutions with GUI actions are played on a real screen by their suite's own tests (e.g.
 # tests/tasks/test_desktop_suite.py, with the GUI tools); here only their do-nothing case runs.
 SHELL = [(s, t) for s, t in ALL if not any(isinstance(st, GuiAction) for st in t.solution)]
 WITH_ANSWER = [(s, t) for s, t in SHELL if t.answer is not None]
-WITH_STEPS = [(s, t) for s, t in SHELL if t.solution]
+WITH_STEPS = [
+    (s, t)
+    for s, t in EVERY
+    if t.solution and not any(isinstance(st, GuiAction) for st in t.solution)
+]
 CLAW_TAGS = {"organise", "search", "transform", "summarise", "mail", "config"}
 
 

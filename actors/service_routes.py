@@ -1,0 +1,93 @@
+"""The HarnessPod's service API: a task's services (``tasks.services``) at the attempt's URL.
+
+Under ``/episodes/{episode_id}/attempts/{attempt}``, with the attempt's key (as its model calls)::
+
+    GET  .../services                   the services offered and their operations (a catalog)
+    POST .../services/{service}/{op}    run one operation (JSON arguments -> JSON result)
+    POST .../mcp/{service}              MCP over streamable HTTP (JSON-RPC in, JSON out)
+
+The state stays here, in the attempt's :class:`tasks.services.World`: a sandbox changes it only
+through these operations, and the verifier reads it after the episode. Every call is recorded
+with how it came (``X-Forge-Via``: tool, mcp, cli) and the model turn it followed. A refusal is
+a 400 naming the field; the attempt's own errors (404, 410, 401) are the proxy's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from serve.http_app import read_json_body
+from serve.protocol.common import ProtocolError
+from tasks.services import ServiceError, World
+from tasks.services.client import mcp_reply
+
+MAX_BODY_BYTES = 1 << 20
+VIA = ("tool", "mcp", "cli", "api")
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message}}, status_code=status)
+
+
+async def _world(pod: Any, request: Request) -> tuple[World, int]:
+    """The attempt's services and how many model turns it has had (ProtocolError if none)."""
+    call = await pod.authorize(request)
+    world = call.state.world
+    if world is None:
+        raise ProtocolError(404, "this attempt's task offers no services")
+    return world, len(call.state.turns)
+
+
+def service_routes(prefix: str, pod: Any) -> list[BaseRoute]:
+    async def catalog(request: Request) -> Response:
+        try:
+            world, _ = await _world(pod, request)
+        except ProtocolError as e:
+            return _error(e.status, e.message)
+        return JSONResponse(world.catalog())
+
+    async def operation(request: Request) -> Response:
+        try:
+            world, turn = await _world(pod, request)
+            args = await read_json_body(request, MAX_BODY_BYTES)
+        except ProtocolError as e:
+            return _error(e.status, e.message)
+        via = request.headers.get("x-forge-via", "api")
+        via = via if via in VIA else "api"
+        service, op = request.path_params["service"], request.path_params["op"]
+        try:
+            return JSONResponse(world.call(service, op, args, via, turn))
+        except ServiceError as e:
+            return _error(400, str(e))
+
+    async def mcp(request: Request) -> Response:
+        if request.method != "POST":  # no server-initiated stream
+            return Response(status_code=405, headers={"Allow": "POST"})
+        try:
+            world, turn = await _world(pod, request)
+            message = await read_json_body(request, MAX_BODY_BYTES)
+        except ProtocolError as e:
+            return _error(e.status, e.message)
+        service = request.path_params["service"]
+        entries = {e["service"]: e for e in world.catalog()}
+        if service not in entries:
+            return _error(404, f"service: {service!r} is not offered here")
+        reply = mcp_reply(
+            message,
+            service,
+            lambda: entries[service],
+            lambda op, args: world.call(service, op, args, "mcp", turn),
+        )
+        if reply is None:  # a notification
+            return Response(status_code=202)
+        return JSONResponse(reply)
+
+    return [
+        Route(f"{prefix}/services", catalog, methods=["GET"]),
+        Route(f"{prefix}/services/{{service}}/{{op}}", operation, methods=["POST"]),
+        Route(f"{prefix}/mcp/{{service}}", mcp, methods=["GET", "POST", "DELETE"]),
+    ]

@@ -1,0 +1,79 @@
+"""How a task's services (``tasks.services``) reach a harness in its sandbox.
+
+The services live in the HarnessPod at the attempt's URL (``actors.service_routes``); the
+sandbox gets, from one definition:
+
+- the command-line tools (``mail``, ``calendar``, ...) on its PATH, with
+  ``$FORGE_SERVICES_URL`` and ``$FORGE_SERVICES_KEY`` (every harness with a shell);
+- an MCP server per service, over stdio (``python3 -I client.py --mcp SERVICE``) or streamable
+  HTTP (``.../mcp/SERVICE``): :func:`mcp_servers`, for harnesses configured with MCP servers;
+- a ``SKILL.md`` per service describing its CLI: :func:`skills`, for harnesses that read skills;
+- native tools in ``react`` (``react_agent`` reads the catalog at ``$FORGE_SERVICES_URL``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tasks.services import BIN, CLIENT_HOST, MOUNT, skill_md
+
+if TYPE_CHECKING:
+    from forge.harnesses.base import AttemptContext
+    from tasks.schema import Task
+
+SERVICES_HOST = CLIENT_HOST.rsplit("/", 1)[0]
+CLIENT = f"{MOUNT}/client.py"
+
+
+def app_mounts(task: Task) -> dict[str, str]:
+    """The services' client and commands, read-only, when the task has services."""
+    return {SERVICES_HOST: MOUNT} if task.apps else {}
+
+
+def app_extra(task: Task) -> dict[str, str]:
+    """``AttemptContext.extra`` entries: ``apps``, the services offered (comma-separated)."""
+    return {"apps": ",".join(task.apps)} if task.apps else {}
+
+
+def offered(ctx: AttemptContext) -> list[str]:
+    return [s for s in ctx.extra.get("apps", "").split(",") if s]
+
+
+def services_url(ctx: AttemptContext) -> str:
+    return f"{ctx.anthropic_base_url.rstrip('/')}/services"
+
+
+def app_env(task: Task, ctx: AttemptContext, env: dict[str, str]) -> dict[str, str]:
+    """``env`` with the services' URL, key and commands on PATH, when the task has services."""
+    if not task.apps:
+        return env
+    path = env.get("PATH") or ctx.path_var
+    return {
+        **env,
+        "FORGE_SERVICES_URL": services_url(ctx),
+        "FORGE_SERVICES_KEY": ctx.api_key,
+        "PATH": f"{ctx.path(BIN)}:{path}" if path else ctx.path(BIN),
+    }
+
+
+def mcp_servers(ctx: AttemptContext, python: str = "python3") -> dict[str, dict[str, Any]]:
+    """Per service: how to start its MCP server over stdio (``command``, ``args``, ``env``) and
+    its streamable HTTP ``url`` (with the ``headers`` that authorise it)."""
+    env = {"FORGE_SERVICES_URL": services_url(ctx), "FORGE_SERVICES_KEY": ctx.api_key}
+    base = ctx.anthropic_base_url.rstrip("/")
+    return {
+        name: {
+            "command": python,
+            "args": ["-I", ctx.path(CLIENT), "--mcp", name],
+            "env": env,
+            "url": f"{base}/mcp/{name}",
+            "headers": {"Authorization": f"Bearer {ctx.api_key}"},
+        }
+        for name in offered(ctx)
+    }
+
+
+def skills(ctx: AttemptContext, skills_dir: str) -> dict[str, str]:
+    """``SKILL.md`` files for the offered services under ``skills_dir`` (sandbox path ->
+    text)."""
+    return {f"{skills_dir.rstrip('/')}/{name}/SKILL.md": skill_md(name) for name in offered(ctx)}

@@ -1,0 +1,103 @@
+"""Episodes of tasks with services (``tasks.services``), end to end: a real HarnessPod (Ray
+actor) keeps the services' state beside a bubblewrap sandbox, the react harness reaches them
+as native tools or through their command-line tools, the verifier reads the state, and every
+call is recorded with how it came. The model is the scripted oracle (or noop)."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from actors.harness_pod import HarnessPod
+from forge.config import PolicyConfig
+from forge.sandboxes.bwrap import bwrap_works
+from serve.policy import deploy_policy
+from tasks import load_suite
+
+pytestmark = [
+    pytest.mark.ray,
+    pytest.mark.skipif(not bwrap_works(), reason="bubblewrap cannot build sandboxes here"),
+]
+TASKS = {t.id: t for t in load_suite("claw-services")}
+
+
+@pytest.fixture(scope="module")
+def pod(ray_cluster):
+    handles = {}
+    for mode in ("oracle", "noop"):
+        config = PolicyConfig(engine={"name": "scripted", "mode": mode}, num_cpus=0.25)
+        handles[mode] = deploy_policy(config, f"pod-apps-{mode}")
+    actors = {
+        mode: ray_cluster.remote(HarnessPod).options(num_cpus=0.25).remote(h, pod_id=mode)
+        for mode, h in handles.items()
+    }
+    ray_cluster.get([a.start.remote() for a in actors.values()])
+    yield ray_cluster, actors
+    ray_cluster.get([a.stop.remote() for a in actors.values()])
+
+
+def _run(pod, task_id: str, mode: str = "oracle", **options):
+    ray, actors = pod
+    task = TASKS[task_id].model_dump()
+    call = actors[mode].run_episode.remote(task, "react", harness_options=options)
+    return ray.get(call)
+
+
+def test_native_tools_reach_the_services_and_the_state_is_verified(pod) -> None:
+    ep = _run(pod, "multi_lunch_with_lena")
+    assert (ep.status, ep.reward) == ("ok", 1.0), (ep.verifier_detail, ep.harness_log)
+    offered = [t["function"]["name"] for t in ep.turns[0].request["tools"]]
+    assert {"calendar_create", "mail_reply", "shell"} <= set(offered)
+    calls = [(c["service"], c["op"], c["via"]) for c in ep.service_calls]
+    assert calls == [("calendar", "create", "tool"), ("mail", "reply", "tool")]
+    assert [c["turn"] for c in ep.service_calls] == [1, 2]  # after the model's 1st and 2nd turn
+    idle = _run(pod, "multi_lunch_with_lena", mode="noop")
+    assert (idle.status, idle.reward, idle.service_calls) == ("ok", 0.0, [])
+
+
+def test_without_native_tools_the_oracle_uses_the_command_line(pod) -> None:
+    ep = _run(pod, "cal_design_review_clash", service_tools=False)
+    assert (ep.status, ep.reward) == ("ok", 1.0), (ep.verifier_detail, ep.harness_log)
+    calls = [c for t in ep.turns for c in t.tool_calls if c["name"] == "shell"]
+    shell = [json.loads(c["arguments"])["command"] for c in calls]
+    assert shell[0].startswith("calendar create --title 'Design review'"), shell
+    assert [(c["op"], c["via"]) for c in ep.service_calls] == [("create", "cli"), ("move", "cli")]
+
+
+def test_files_the_agent_writes_cannot_fake_the_state(pod) -> None:
+    """The services' state is not in the sandbox: writing a look-alike state file changes
+    nothing the verifier reads."""
+    ray, actors = pod
+    fake = '{"items": [{"key": "app.theme", "value": "dark"}]}'
+    task = {
+        **TASKS["kv_dark_theme"].model_dump(),
+        "solution": [{"path": ".app/state.json", "content": fake}, "echo dark > kv.json"],
+    }
+    ep = ray.get(actors["oracle"].run_episode.remote(task, "react"))
+    assert (ep.status, ep.reward, ep.service_calls) == ("ok", 0.0, []), ep.verifier_detail
+
+
+def test_the_service_api_needs_the_attempts_key(pod) -> None:
+    ray, actors = pod
+    pod_actor = actors["oracle"]
+    a = ray.get(pod_actor.open_attempt.remote("e-api", 0, apps={"kv": "default"}))
+    b = ray.get(pod_actor.open_attempt.remote("e-api", 1))
+    base = a["base_url"].removesuffix("/v1")
+    ok = httpx.get(f"{base}/services", headers={"Authorization": f"Bearer {a['api_key']}"})
+    assert ok.status_code == 200 and ok.json()[0]["service"] == "kv"
+    wrong = httpx.get(f"{base}/services", headers={"Authorization": f"Bearer {b['api_key']}"})
+    assert wrong.status_code == 401
+    refused = httpx.post(
+        f"{base}/services/kv/set",
+        json={"key": "app.theme"},
+        headers={"Authorization": f"Bearer {a['api_key']}"},
+    )
+    assert refused.status_code == 400 and "value: required by set" in refused.text
+    none = b["base_url"].removesuffix("/v1")
+    empty = httpx.get(f"{none}/services", headers={"Authorization": f"Bearer {b['api_key']}"})
+    assert empty.status_code == 404
+    state = ray.get(pod_actor.close_attempt.remote("e-api", 0))
+    assert state.world.calls[-1]["error"] == "value: required by set"
+    ray.get(pod_actor.close_attempt.remote("e-api", 1))
