@@ -19,7 +19,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from forge.harnesses import AttemptContext, get_harness
-from forge.harnesses.app_tools import app_env, app_extra, app_mounts
+from forge.harnesses.app_tools import app_env, app_extra, app_mounts, cli_hint, services_via
 from forge.sandboxes import sandbox_for, services
 from forge.sandboxes.base import ExecResult, SandboxSpec
 from forge.trajectory import assemble
@@ -130,7 +130,8 @@ async def run_attempt(
             anthropic_base_url=base,
             api_key=info["api_key"],
             model=pod.model,
-            instruction=task.instruction,
+            instruction=task.instruction
+            + (cli_hint(task) if task.apps and services_via(harness) == "cli" else ""),
             workspace=sandbox.workspace,
             max_turns=task.limits.max_turns,
             timeout_s=task.limits.timeout_s,

@@ -9,12 +9,16 @@ sandbox gets, from one definition:
   HTTP (``.../mcp/SERVICE``): :func:`mcp_servers`, for harnesses configured with MCP servers;
 - a ``SKILL.md`` per service describing its CLI: :func:`skills`, for harnesses that read skills;
 - native tools in ``react`` (``react_agent`` reads the catalog at ``$FORGE_SERVICES_URL``).
+
+A harness says which it uses in ``services_via`` (default ``cli``: the instruction then names the
+commands, :func:`cli_hint`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from forge.sandboxes.bwrap import HOME
 from tasks.services import BIN, CLIENT_HOST, MOUNT, skill_md
 
 if TYPE_CHECKING:
@@ -23,6 +27,8 @@ if TYPE_CHECKING:
 
 SERVICES_HOST = CLIENT_HOST.rsplit("/", 1)[0]
 CLIENT = f"{MOUNT}/client.py"
+SERVICE_ENV = ("FORGE_SERVICES_URL", "FORGE_SERVICES_KEY")  # what the commands need
+SKILLS_DIR = f"{HOME}/.forge/skills"  # one SKILL.md a service, for harnesses that read skills
 
 
 def app_mounts(task: Task) -> dict[str, str]:
@@ -56,6 +62,21 @@ def app_env(task: Task, ctx: AttemptContext, env: dict[str, str]) -> dict[str, s
     }
 
 
+def cli_hint(task: Task) -> str:
+    """What a harness that meets the services only as commands is told, after the instruction."""
+    names = ", ".join(f"`{name}`" for name in task.apps)
+    return (
+        f"\n\nService commands available in the shell: {names} "
+        f"(run `{next(iter(task.apps))} --help` to see the operations; each prints JSON)."
+    )
+
+
+def services_via(harness: object) -> str:
+    """How ``harness`` offers a task's services: ``tool`` (natively), ``mcp``, ``skill``, or
+    ``cli`` (commands only; the instruction then says so: :func:`cli_hint`)."""
+    return str(getattr(harness, "services_via", "cli"))
+
+
 def mcp_servers(ctx: AttemptContext, python: str = "python3") -> dict[str, dict[str, Any]]:
     """Per service: how to start its MCP server over stdio (``command``, ``args``, ``env``) and
     its streamable HTTP ``url`` (with the ``headers`` that authorise it)."""
@@ -73,7 +94,7 @@ def mcp_servers(ctx: AttemptContext, python: str = "python3") -> dict[str, dict[
     }
 
 
-def skills(ctx: AttemptContext, skills_dir: str) -> dict[str, str]:
-    """``SKILL.md`` files for the offered services under ``skills_dir`` (sandbox path ->
-    text)."""
+def skills(ctx: AttemptContext, skills_dir: str = SKILLS_DIR) -> dict[str, str]:
+    """``SKILL.md`` files for the offered services, one folder each under ``skills_dir``
+    (sandbox path -> text)."""
     return {f"{skills_dir.rstrip('/')}/{name}/SKILL.md": skill_md(name) for name in offered(ctx)}

@@ -4,7 +4,8 @@ Codex speaks only the Responses API, streamed. We write ``$CODEX_HOME/config.tom
 model provider whose ``base_url`` is the attempt's proxy URL (``wire_api = "responses"``, the key
 read from ``FORGE_API_KEY``), approvals off and Codex's own sandbox off (the sandbox is ours), and
 run ``codex exec --json --ephemeral``. Its stdout is JSON events; the last ``agent_message``
-item is the final answer. Codex offers non-function tools (``custom`` free-text tools,
+item is the final answer. A task's services are Codex MCP servers (``[mcp_servers.NAME]``,
+stdio: ``forge.harnesses.app_tools``). Codex offers non-function tools (``custom`` free-text tools,
 ``namespace`` groups, ``web_search``); the proxy maps them to function tools and back.
 
 Reproducibility: HOME, CODEX_HOME, the workspace path and TZ are fixed by the sandbox; Codex's
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 
+from forge.harnesses.app_tools import mcp_servers
 from forge.harnesses.base import AttemptContext, last_json, string_field
 from forge.harnesses.install import PACKAGES
 from forge.sandboxes.base import ExecResult
@@ -43,9 +45,25 @@ def _toml_string(value: str) -> str:
     return json.dumps(value)  # a JSON string is a valid TOML basic string
 
 
+def _mcp_tables(ctx: AttemptContext) -> str:
+    """A task's services as Codex MCP servers over stdio (``[mcp_servers.NAME]``)."""
+    lines = []
+    for name, server in mcp_servers(ctx).items():
+        env = ", ".join(f"{k} = {_toml_string(v)}" for k, v in server["env"].items())
+        lines += [
+            f"[mcp_servers.{name}]",
+            f"command = {_toml_string(server['command'])}",
+            f"args = [{', '.join(map(_toml_string, server['args']))}]",
+            f"env = {{ {env} }}",
+            "",
+        ]
+    return "\n".join(lines)
+
+
 class CodexHarness:
     name = "codex"
     protocol = "responses"
+    services_via = "mcp"
 
     def __init__(self, instructions: str | None = None, lean: bool = False) -> None:
         """For models whose context cannot hold Codex's prompt (~39k characters):
@@ -87,7 +105,7 @@ class CodexHarness:
                 "",
             ]
         )
-        files = {f"{CODEX_HOME}/config.toml": config}
+        files = {f"{CODEX_HOME}/config.toml": config + _mcp_tables(ctx)}
         if self.instructions is not None:
             files[INSTRUCTIONS] = self.instructions
         return files

@@ -14,6 +14,10 @@ placeholders, replaced per attempt (any other braces are left alone, so JSON sta
     {max_turns}           the task's turn limit
     {timeout_s}           the task's time limit in seconds (an integer when whole)
     {path}                the sandbox's default PATH, e.g. env: {PATH: "/opt/a/bin:{path}"}
+    {mcp_servers}         the task's services as MCP servers, a JSON object: name -> {command,
+                          args, env} (stdio) and {url, headers} (streamable HTTP); {} if none
+    {skills_dir}          a folder with a SKILL.md for each of the task's services (their
+                          command-line tools, which are on PATH)
 
 Example (``examples/command-harness.yaml`` runs the built-in ReAct program this way)::
 
@@ -35,10 +39,12 @@ under {workspace} or {home}: both are checked when the config is read.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
 
+from forge.harnesses.app_tools import SKILLS_DIR, mcp_servers, skills
 from forge.harnesses.base import AttemptContext
 from forge.harnesses.command_answer import AnswerSpec, sandbox_path_problem
 from forge.sandboxes.base import ExecResult
@@ -46,7 +52,7 @@ from forge.sandboxes.bwrap import HOME
 
 PLACEHOLDER = re.compile(
     r"\{(base_url|anthropic_base_url|api_key|model|instruction|workspace|home|max_turns"
-    r"|timeout_s|path)\}"
+    r"|timeout_s|path|mcp_servers|skills_dir)\}"
 )
 PROTOCOLS = ("chat", "responses", "anthropic")
 NOT_READ = object()  # final_answer was not handed the answer file
@@ -69,6 +75,8 @@ def fill(template: str, ctx: AttemptContext) -> str:
         "max_turns": str(ctx.max_turns),
         "timeout_s": _number(ctx.timeout_s),
         "path": ctx.path_var,
+        "mcp_servers": json.dumps(mcp_servers(ctx)),
+        "skills_dir": ctx.path(SKILLS_DIR),
     }
     return PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
 
@@ -140,7 +148,8 @@ class CommandHarness:
         return self.mounts
 
     def files(self, ctx: AttemptContext) -> dict[str, str]:
-        return {fill(path, ctx): fill(content, ctx) for path, content in self.templates.items()}
+        files = {fill(path, ctx): fill(content, ctx) for path, content in self.templates.items()}
+        return {**skills(ctx), **files}
 
     def env(self, ctx: AttemptContext) -> dict[str, str]:
         return {k: fill(v, ctx) for k, v in self.extra_env.items()}

@@ -6,7 +6,9 @@ attempt's proxy URL and key. It streams chat completions and offers ~23 tools (e
 write_file, edit_file, grep, ...). Like mini-swe-agent it is installed with pip into its own
 folder and run by the sandbox's ``python3`` with that folder on ``PYTHONPATH``; a few lines
 around its entry point print the last assistant message of its session file (kept beside its
-config) as our last stdout line.
+config) as our last stdout line. A task's services are nanobot MCP servers over streamable HTTP
+(``tools.mcpServers``, its tools named ``mcp_SERVICE_OP``); its SSRF guard is told to allow the
+proxy's address alone, and its exec tool gets the services' commands and keys.
 
 nanobot seeds its workspace with its own files (AGENTS.md, SOUL.md, USER.md, HEARTBEAT.md,
 memory/, prompts/, skills/, a ``.git`` memory store). Its workspace must be the task's, since its
@@ -19,12 +21,16 @@ nanobot's timezone; its recorded prompts carry no date and no ids.
 
 from __future__ import annotations
 
+import ipaddress
 import json
+from urllib.parse import urlparse
 
+from forge.harnesses.app_tools import SERVICE_ENV, mcp_servers
 from forge.harnesses.base import AttemptContext, last_json, string_field
 from forge.harnesses.install import PACKAGES
 from forge.sandboxes.base import ExecResult
 from forge.sandboxes.bwrap import HOME
+from tasks.services import BIN
 
 MOUNT = "/opt/forge/harnesses/nanobot"
 CONFIG = f"{HOME}/.nanobot/config.json"  # its sessions go beside it, in sessions/
@@ -73,9 +79,19 @@ finally:
 """
 
 
+def _proxy_network(ctx: AttemptContext) -> list[str]:
+    """The proxy's address as a one-address network, when it is an IP literal."""
+    host = urlparse(ctx.base_url).hostname or ""
+    try:
+        return [str(ipaddress.ip_network(host))]
+    except ValueError:
+        return []
+
+
 class NanobotHarness:
     name = "nanobot"
     protocol = "chat"
+    services_via = "mcp"
 
     def __init__(self, max_tokens: int = 1024, context_window: int = 131072) -> None:
         if max_tokens < 1 or context_window < max_tokens:
@@ -102,6 +118,18 @@ class NanobotHarness:
                 }
             },
         }
+        servers = {
+            name: {"type": "streamableHttp", "url": s["url"], "headers": s["headers"]}
+            for name, s in mcp_servers(ctx).items()
+        }
+        if servers:  # a task's services, over MCP's streamable HTTP at the attempt's URL
+            config["tools"] = {
+                "mcpServers": servers,
+                # nanobot refuses private addresses (SSRF), the proxy's included: allow it alone
+                "ssrfWhitelist": _proxy_network(ctx),
+                # its exec tool builds its own environment: the services' commands and keys
+                "exec": {"pathPrepend": ctx.path(BIN), "allowedEnvKeys": list(SERVICE_ENV)},
+            }
         return {CONFIG: json.dumps(config, indent=1)}
 
     def env(self, ctx: AttemptContext) -> dict[str, str]:

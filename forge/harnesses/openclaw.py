@@ -7,7 +7,8 @@ one episode without a gateway: ``openclaw agent exec --config CFG --model forge/
 INSTRUCTION``. Its stdout is one JSON document, ``{ok, status, final, usage, toolSummary, ...}``;
 ``final`` is the final answer. It speaks chat completions (``openai-completions``); its tools are
 exec, read, write, edit, apply_patch, ls, process and more. ``tool_search`` is off by default so
-every tool schema is sent directly, not behind OpenClaw's tool-search indirection.
+every tool schema is sent directly, not behind OpenClaw's tool-search indirection. A task's
+services are skills (``skills.load.extraDirs``: a ``SKILL.md`` each on their command-line tools).
 
 Reproducibility: HOME, ``OPENCLAW_STATE_DIR``, the workspace path and TZ are fixed by the
 sandbox. OpenClaw still puts the wall-clock time and a fresh session id into every user message;
@@ -21,6 +22,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from forge.harnesses.app_tools import SKILLS_DIR, offered, skills
 from forge.harnesses.base import AttemptContext, string_field
 from forge.harnesses.install import NODE_BIN, PACKAGES
 from forge.sandboxes.base import ExecResult
@@ -35,6 +37,7 @@ PROVIDER = "forge"
 class OpenClawHarness:
     name = "openclaw"
     protocol = "chat"
+    services_via = "skill"
 
     def __init__(
         self, max_tokens: int = 1024, context_window: int = 131072, tool_search: bool = False
@@ -65,14 +68,18 @@ class OpenClawHarness:
             "api": "openai-completions",
             "models": [model],
         }
-        return {
+        config: dict[str, Any] = {
             "models": {"mode": "replace", "providers": {PROVIDER: provider}},
             "agents": {"defaults": {"model": {"primary": f"{PROVIDER}/{ctx.model}"}}},
             "tools": {"toolSearch": self.tool_search},
         }
+        if offered(ctx):  # a task's services, as skills (their command-line tools)
+            config["skills"] = {"load": {"extraDirs": [ctx.path(SKILLS_DIR)]}}
+        return config
 
     def files(self, ctx: AttemptContext) -> dict[str, str]:
-        return {CONFIG: json.dumps(self.config(ctx), indent=1)}  # JSON is valid JSON5
+        config = {CONFIG: json.dumps(self.config(ctx), indent=1)}  # JSON is valid JSON5
+        return {**config, **skills(ctx)}
 
     def env(self, ctx: AttemptContext) -> dict[str, str]:
         return {"OPENCLAW_STATE_DIR": ctx.path(STATE_DIR), "NO_COLOR": "1"}

@@ -4,7 +4,9 @@ pi reads its providers from ``$PI_CODING_AGENT_DIR/models.json``; we write one p
 ``baseUrl`` is the attempt's proxy URL and whose key is the attempt's key, and run one headless
 episode: ``pi --provider forge --model M --no-session --mode json -p INSTRUCTION``. Its stdout is
 JSON lines; the last ``agent_end`` event holds the whole conversation, whose last assistant text
-is the final answer. It speaks chat completions; its tools are read, bash, edit and write.
+is the final answer. It speaks chat completions; its tools are read, bash, edit and write. A
+task's services are skills (``--skill DIR`` each: a ``SKILL.md`` on their command-line tools),
+the only ones loaded (``--no-skills`` still turns discovery off).
 
 Reproducibility: HOME, the workspace path (its cwd) and TZ are fixed by the sandbox, and context
 files, skills and extensions are off, so the system prompt only varies with the date it embeds
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 
+from forge.harnesses.app_tools import SKILLS_DIR, offered, skills
 from forge.harnesses.base import AttemptContext, last_json
 from forge.harnesses.install import NODE_BIN, PACKAGES
 from forge.sandboxes.base import ExecResult
@@ -28,6 +31,7 @@ AGENT_DIR = f"{HOME}/.pi/agent"
 class PiHarness:
     name = "pi"
     protocol = "chat"
+    services_via = "skill"
 
     def __init__(self, max_tokens: int | None = None) -> None:
         self.package = PACKAGES["pi"]
@@ -46,7 +50,8 @@ class PiHarness:
             "apiKey": ctx.api_key,
             "models": [model],
         }
-        return {f"{AGENT_DIR}/models.json": json.dumps({"providers": {"forge": provider}})}
+        files = {f"{AGENT_DIR}/models.json": json.dumps({"providers": {"forge": provider}})}
+        return {**files, **skills(ctx)}  # a task's services, as skills (their CLIs)
 
     def env(self, ctx: AttemptContext) -> dict[str, str]:
         return {
@@ -70,6 +75,7 @@ class PiHarness:
             "--no-context-files",
             "--no-skills",
             "--no-extensions",
+            *[a for name in offered(ctx) for a in ("--skill", ctx.path(f"{SKILLS_DIR}/{name}"))],
             "-p",
             ctx.instruction,
         ]

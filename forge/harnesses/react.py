@@ -48,6 +48,7 @@ class ReactHarness(AgentProgram):
         self.tools = tools
         self.system_prompt = system_prompt
         self.service_tools = service_tools
+        self.services_via = "tool" if service_tools else "cli"
 
     def ro_mounts(self) -> dict[str, str]:
         return {PROGRAM_HOST: PROGRAM}

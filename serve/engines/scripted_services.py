@@ -28,7 +28,10 @@ def find_service_tool(tools: list[Tool], service: str, op: str) -> Tool | None:
     name then the operation's, whatever joins them (``_``, ``__``, ``.``, ``-``)."""
     want = _squash(service + op)
     for tool in tools:
-        if tool.kind == "function" and _squash(tool.name).endswith(want):
+        takes_json = tool.kind == "function" or (
+            tool.kind.startswith("namespace:") and not tool.kind.endswith(":custom")
+        )  # Codex groups an MCP server's tools in a namespace (``mcp__mail`` -> ``send``)
+        if takes_json and _squash(tool.name).endswith(want):
             return tool
     return None
 
