@@ -17,6 +17,9 @@ their text (exit codes, "error", "No such file", tracebacks): a heuristic, state
 GUI episodes (screenshots, or the GUI tools offered: :func:`forge.analyze_gui.is_gui_episode`)
 are rated apart, under ``gui`` (action types, clicks that changed nothing, recovery, steps, done
 share: :mod:`forge.analyze_gui`); ``versions`` holds the rates above over the other episodes.
+Episodes of tasks with services are also rated under ``services`` (exact counts of dedicated
+service-tool calls against shell calls, operation coverage, reads after writes:
+:mod:`forge.analyze_services`).
 ``RUN_DIR`` is a run directory (``episodes/episodes.jsonl``) or one agent's folder of a
 ``forge eval`` output (``episodes.jsonl``).
 """
@@ -43,8 +46,13 @@ ERROR = re.compile(
 
 
 def _offered(request: dict[str, Any]) -> set[str]:
+    """The tools a request offered, by the names the model calls them (a Codex namespace's
+    tools as ``NS__TOOL``, as the proxy records their calls)."""
     names = set()
     for tool in request.get("tools") or []:
+        if tool.get("type") == "namespace" and isinstance(tool.get("tools"), list):
+            names.update(f"{tool.get('name')}__{t.get('name')}" for t in tool["tools"])
+            continue
         fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
         if isinstance(fn, dict) and fn.get("name"):
             names.add(fn["name"])
@@ -158,6 +166,7 @@ def analyze(run_dir: Path) -> dict[str, Any]:
     """Behaviour per policy version over ``RUN_DIR``'s recorded episodes: the text rates under
     ``versions``, the GUI rates under ``gui``."""
     from forge.analyze_gui import gui_rates, is_gui_episode
+    from forge.analyze_services import service_rates
 
     by_version: dict[int, list[dict[str, Any]]] = defaultdict(list)
     gui_by_version: dict[int, list[dict[str, Any]]] = defaultdict(list)
@@ -167,14 +176,17 @@ def analyze(run_dir: Path) -> dict[str, Any]:
         ep = json.loads(line)
         versions = [t.get("policy_version", 0) for t in ep.get("turns") or []]
         (gui_by_version if is_gui_episode(ep) else by_version)[max(versions, default=0)].append(ep)
+    services = {str(v): service_rates(eps) for v, eps in sorted(by_version.items())}
     return {
         "versions": {str(v): _rates(eps) for v, eps in sorted(by_version.items())},
         "gui": {str(v): gui_rates(eps) for v, eps in sorted(gui_by_version.items())},
+        "services": {v: r for v, r in services.items() if r is not None},
     }
 
 
 def table(report: dict[str, Any]) -> str:
     from forge.analyze_gui import gui_table
+    from forge.analyze_services import services_table
 
     def fmt(x: float | None) -> str:
         return "-" if x is None else f"{x:.2f}"
@@ -188,6 +200,8 @@ def table(report: dict[str, Any]) -> str:
             f"| {v} | {r['episodes']} | {r['reward_mean']:.2f} | {fmt(r['shell_share'])} | "
             f"{fmt(r['self_verify'])} | {fmt(r['tool_coverage'])} | {fmt(r['error_recovery'])} |"
         )
+    if report.get("services"):
+        lines += ["", services_table(report["services"], first="version")]
     if not report.get("gui"):
         return "\n".join(lines)
     gui = gui_table(report)

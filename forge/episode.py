@@ -215,4 +215,5 @@ async def run_attempt(
         harness_exit_code=result.exit_code if result else None,
         harness_log=log_text,
         service_calls=state.world.calls if state.world else [],
+        services=list(task.apps),
     )

@@ -42,6 +42,7 @@ import ray
 import yaml
 from pydantic import ValidationError
 
+from forge.analyze_services import service_rates, services_table
 from forge.cluster import init_ray
 from forge.config import ConfigError, RunConfig, error_line
 from forge.episode_images import write_images
@@ -89,6 +90,8 @@ def score(
         # the policy ended these (context full, turn or token limit, timeout): scored 0
         "truncated": dict(Counter(ep.truncated for ep in episodes if ep.truncated)),
         "failed_tasks": sorted(t for t in tasks if passed[t] < k),
+        # tasks with services: dedicated tools vs shell, coverage, reads after writes
+        "services": service_rates([ep.to_dict() for ep in episodes]),
     }
 
 
@@ -340,6 +343,8 @@ def main(
     report = {"tasks": config.tasks, "model": config.policy.engine.model, "harnesses": results}
     (out / "eval.json").write_text(json.dumps(report, indent=2))
     md = table(results)
+    if any(r.get("services") for r in results.values()):
+        md += "\n\n" + services_table({n: r.get("services") for n, r in results.items()})
     (out / "eval.md").write_text(md + "\n")
     print(md)
     return 0

@@ -101,3 +101,72 @@ def test_the_service_api_needs_the_attempts_key(pod) -> None:
     state = ray.get(pod_actor.close_attempt.remote("e-api", 0))
     assert state.world.calls[-1]["error"] == "value: required by set"
     ray.get(pod_actor.close_attempt.remote("e-api", 1))
+
+
+MCP_CLIENT = """
+import asyncio, json, os, sys
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamablehttp_client
+
+async def use(session, value):
+    await session.initialize()
+    names = sorted(t.name for t in (await session.list_tools()).tools)
+    done = await session.call_tool("set", {"key": "app.theme", "value": value})
+    bad = await session.call_tool("set", {"key": "app.theme"})
+    return {"tools": names, "result": done.content[0].text, "refused": bad.isError,
+            "why": bad.content[0].text}
+
+async def main():
+    url, key, client = sys.argv[1:4]
+    env = {"FORGE_SERVICES_URL": url + "/services", "FORGE_SERVICES_KEY": key,
+           "PATH": os.environ["PATH"]}
+    args = ["-I", client, "--mcp", "kv"]
+    params = StdioServerParameters(command=sys.executable, args=args, env=env)
+    async with stdio_client(params) as (r, w):
+        async with ClientSession(r, w) as s:
+            stdio = await use(s, "dark")
+    headers = {"Authorization": "Bearer " + key}
+    async with streamablehttp_client(url + "/mcp/kv", headers=headers) as (r, w, _):
+        async with ClientSession(r, w) as s:
+            http = await use(s, "sepia")
+    print(json.dumps({"stdio": stdio, "http": http}))
+
+asyncio.run(main())
+"""
+
+
+def test_mcp_over_stdio_and_http_with_the_official_client(pod) -> None:
+    """The MCP SDK (as nanobot installs it) lists and calls a service's tools over stdio
+    (``client.py --mcp``) and streamable HTTP (the pod's ``/mcp/SERVICE``)."""
+    import subprocess
+    import sys
+
+    from forge.harnesses.install import PACKAGES, HarnessNotInstalled
+    from tasks.services import CLIENT_HOST
+
+    try:
+        folder = PACKAGES["nanobot"].require()
+    except HarnessNotInstalled as e:
+        pytest.skip(f"the MCP SDK comes with nanobot here: {e}")
+    ray, actors = pod
+    pod_actor = actors["oracle"]
+    a = ray.get(pod_actor.open_attempt.remote("e-mcp", 0, apps={"kv": "default"}))
+    run = subprocess.run(
+        [sys.executable, "-c", MCP_CLIENT, a["base_url"].removesuffix("/v1"), a["api_key"],
+         CLIENT_HOST],
+        env={"PYTHONPATH": str(folder), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(run.stdout.splitlines()[-1])
+    for transport in ("stdio", "http"):
+        assert got[transport]["tools"] == ["delete", "get", "list", "set"]
+        assert json.loads(got[transport]["result"]) == {"set": "app.theme"}
+        assert got[transport]["refused"] and "value: required by set" in got[transport]["why"]
+    state = ray.get(pod_actor.close_attempt.remote("e-mcp", 0))
+    theme = next(i for i in state.world.state["kv"]["items"] if i["key"] == "app.theme")
+    assert theme["value"] == "sepia"  # stdio set dark, then HTTP set sepia
+    assert [c["via"] for c in state.world.calls] == ["mcp"] * 4
