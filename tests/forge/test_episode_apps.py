@@ -25,24 +25,22 @@ TASKS = {t.id: t for t in load_suite("claw-services")}
 
 @pytest.fixture(scope="module")
 def pod(ray_cluster):
-    handles = {}
-    for mode in ("oracle", "noop"):
-        config = PolicyConfig(engine={"name": "scripted", "mode": mode}, num_cpus=0.25)
-        handles[mode] = deploy_policy(config, f"pod-apps-{mode}")
-    actors = {
-        mode: ray_cluster.remote(HarnessPod).options(num_cpus=0.25).remote(h, pod_id=mode)
-        for mode, h in handles.items()
-    }
-    ray_cluster.get([a.start.remote() for a in actors.values()])
-    yield ray_cluster, actors
-    ray_cluster.get([a.stop.remote() for a in actors.values()])
+    config = PolicyConfig(engine={"name": "scripted"}, num_cpus=0.25)
+    handle = deploy_policy(config, "pod-apps")
+    actor = ray_cluster.remote(HarnessPod).options(num_cpus=0.25).remote(handle, pod_id="apps")
+    ray_cluster.get(actor.start.remote())
+    yield ray_cluster, actor
+    ray_cluster.get(actor.stop.remote())
 
 
-def _run(pod, task_id: str, mode: str = "oracle", **options):
-    ray, actors = pod
+def _run(pod, task_id: str, idle: bool = False, **options):
+    """One react episode of the task with the oracle (``idle``: with no reference solution,
+    so the scripted model calls no tool)."""
+    ray, actor = pod
     task = TASKS[task_id].model_dump()
-    call = actors[mode].run_episode.remote(task, "react", harness_options=options)
-    return ray.get(call)
+    if idle:
+        task.update(solution=[], answer=None)
+    return ray.get(actor.run_episode.remote(task, "react", harness_options=options))
 
 
 def test_native_tools_reach_the_services_and_the_state_is_verified(pod) -> None:
@@ -53,8 +51,21 @@ def test_native_tools_reach_the_services_and_the_state_is_verified(pod) -> None:
     calls = [(c["service"], c["op"], c["via"]) for c in ep.service_calls]
     assert calls == [("calendar", "create", "tool"), ("mail", "reply", "tool")]
     assert [c["turn"] for c in ep.service_calls] == [1, 2]  # after the model's 1st and 2nd turn
-    idle = _run(pod, "multi_lunch_with_lena", mode="noop")
-    assert (idle.status, idle.reward, idle.service_calls) == ("ok", 0.0, [])
+
+
+@pytest.mark.parametrize(
+    "task_id",
+    ["mail_send_lena", "cal_move_dentist", "contacts_add_noor", "notes_offsite_menu",
+     "kv_dark_theme"],
+)  # fmt: skip
+def test_each_service_keeps_its_state_per_attempt(pod, task_id: str) -> None:
+    """What the scripted episode did is what the verifier reads (1.0), and the next attempt of
+    the same task on the same pod starts from the seed: doing nothing there scores 0.0."""
+    done = _run(pod, task_id)
+    assert (done.status, done.reward) == ("ok", 1.0), (done.verifier_detail, done.harness_log)
+    assert [c["writes"] for c in done.service_calls] == [True]
+    again = _run(pod, task_id, idle=True)
+    assert (again.status, again.reward, again.service_calls) == ("ok", 0.0, [])
 
 
 def test_without_native_tools_the_oracle_uses_the_command_line(pod) -> None:
@@ -69,19 +80,18 @@ def test_without_native_tools_the_oracle_uses_the_command_line(pod) -> None:
 def test_files_the_agent_writes_cannot_fake_the_state(pod) -> None:
     """The services' state is not in the sandbox: writing a look-alike state file changes
     nothing the verifier reads."""
-    ray, actors = pod
+    ray, actor = pod
     fake = '{"items": [{"key": "app.theme", "value": "dark"}]}'
     task = {
         **TASKS["kv_dark_theme"].model_dump(),
         "solution": [{"path": ".app/state.json", "content": fake}, "echo dark > kv.json"],
     }
-    ep = ray.get(actors["oracle"].run_episode.remote(task, "react"))
+    ep = ray.get(actor.run_episode.remote(task, "react"))
     assert (ep.status, ep.reward, ep.service_calls) == ("ok", 0.0, []), ep.verifier_detail
 
 
 def test_the_service_api_needs_the_attempts_key(pod) -> None:
-    ray, actors = pod
-    pod_actor = actors["oracle"]
+    ray, pod_actor = pod
     a = ray.get(pod_actor.open_attempt.remote("e-api", 0, apps={"kv": "default"}))
     b = ray.get(pod_actor.open_attempt.remote("e-api", 1))
     base = a["base_url"].removesuffix("/v1")
@@ -149,8 +159,7 @@ def test_mcp_over_stdio_and_http_with_the_official_client(pod) -> None:
         folder = PACKAGES["nanobot"].require()
     except HarnessNotInstalled as e:
         pytest.skip(f"the MCP SDK comes with nanobot here: {e}")
-    ray, actors = pod
-    pod_actor = actors["oracle"]
+    ray, pod_actor = pod
     a = ray.get(pod_actor.open_attempt.remote("e-mcp", 0, apps={"kv": "default"}))
     run = subprocess.run(
         [sys.executable, "-c", MCP_CLIENT, a["base_url"].removesuffix("/v1"), a["api_key"],
