@@ -131,10 +131,14 @@ def base_for(harness: str | None) -> str:
 
 
 def _harness_sources(name: str) -> dict[str, str]:
-    """Host path -> sandbox path of what harness ``name`` mounts read-only today."""
+    """Host path -> sandbox path of what harness ``name`` mounts read-only today, and the
+    services' client and commands (mounted for tasks with services: baked in, so Kubernetes
+    pods, which cannot mount host paths, have them too)."""
     from forge.harnesses import get_harness
+    from forge.harnesses.app_tools import SERVICES_HOST
+    from tasks.services import MOUNT
 
-    return get_harness(name).ro_mounts()
+    return {**get_harness(name).ro_mounts(), SERVICES_HOST: MOUNT}
 
 
 def harness_version(name: str) -> str:
@@ -153,13 +157,18 @@ def harness_version(name: str) -> str:
     return _files_digest(sources)
 
 
+def _no_bytecode(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    """Leave Python's bytecode caches out of a build context (they vary, the sources do not)."""
+    return None if "__pycache__" in Path(info.name).parts else info
+
+
 def _files_digest(sources: dict[str, str]) -> str:
     parts: list[bytes | str] = []
     for host, target in sorted(sources.items()):
         p = Path(host)
         files = sorted(p.rglob("*")) if p.is_dir() else [p]
         for f in files:
-            if f.is_file():
+            if f.is_file() and "__pycache__" not in f.parts:
                 parts += [target, str(f.relative_to(p) if p.is_dir() else ""), f.read_bytes()]
     return _digest(*parts)[:12]
 
@@ -324,7 +333,7 @@ def _build(
                     info.type, info.mode = tarfile.DIRTYPE, 0o755
                     tar.addfile(info)
                 else:
-                    tar.add(src, arcname=name)
+                    tar.add(src, arcname=name, filter=_no_bytecode)
         f.seek(0)
         stream = client.api.build(
             fileobj=f,
