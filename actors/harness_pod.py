@@ -343,6 +343,11 @@ class HarnessPod:
 
     # -- episodes -----------------------------------------------------------------------------
 
+    async def run(self, spec: dict[str, Any]) -> Episode:
+        """:meth:`run_episode` with its arguments in one mapping: the Scheduler's call (one
+        argument is about half the cost of six to submit, at a thousand attempts a second)."""
+        return await self.run_episode(**spec)
+
     async def run_episode(
         self,
         task: Any,

@@ -27,11 +27,14 @@ Invariants:
    so it does not replay the same tasks.
 
 Throughput (``scripts/bench/scheduler_throughput.py``): an attempt costs one actor call, the
-pod's. Each pass of the dispatch loop lends pods to every queued attempt it can, sends the
-buffer everything it is owed in one call (:class:`actors.attempts.Outbox`: the new attempts'
-journal records first, then they start), and the pod calls' futures settle their attempts by
-callback (no task or timer per attempt; a sweep times out calls past ``attempt_timeout_s``).
-Settles between passes are batched by the next pass; metric increments are summed.
+pod's ``run`` with its arguments in one mapping (Ray's submission is most of the Scheduler's
+time, and one argument costs about half of six). The pod calls' futures settle their attempts
+by callback (no task or timer per attempt; a sweep times out calls past ``attempt_timeout_s``),
+and the pod a settled attempt frees takes the next queued attempt in that callback, so a small
+pool never waits for a dispatch pass. Each pass lends idle pods to what is queued and opens
+groups. The buffer's records (:class:`actors.attempts.Outbox`: an attempt's journal record
+before anything it produced) go in one call at most every ``SEND_S`` or per ``SEND_RECORDS``,
+not once per pass; metric increments are summed.
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ from forge.types import Episode
 log = logging.getLogger(__name__)
 SWEEP_S = 0.25  # how often in-flight attempts are checked against attempt_timeout_s
 RETIRE_S = 0.25  # how often idle pods beyond min_pods are looked for
+SEND_S = 0.02  # the buffer's records go at least this often (one call for all waiting) ...
+SEND_RECORDS = 256  # ... or as soon as this many wait
 
 
 class Scheduler:
@@ -86,7 +91,7 @@ class Scheduler:
         self._settled = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None
         self._stopping = False
-        self._next_sweep = self._next_retire = 0.0
+        self._next_sweep = self._next_retire = self._next_send = 0.0
         self.version = 0
         self.last_progress = time.monotonic()
         self.last_loop_error: str | None = None
@@ -267,40 +272,25 @@ class Scheduler:
                 raise
             except Exception as e:  # a dead buffer, a failed pod start, a bug: report, go on
                 self._loop_error(e)
-            try:
-                await asyncio.wait_for(self._wake.wait(), 0.5)
+            try:  # records waiting go out within SEND_S, wake or not
+                await asyncio.wait_for(self._wake.wait(), SEND_S if self.outbox.events else 0.5)
             except TimeoutError:
                 pass
 
     async def _dispatch_once(self) -> None:
         """One pass: open the groups the budget allows, lend an idle pod to each queued attempt
-        there is one for (and start more pods in the background for the rest), send the buffer
-        what it is owed (one call: the new attempts' journal records first), then start those
-        attempts."""
+        there is one for (and start more pods in the background for the rest), journal those
+        attempts, send the buffer what it is owed when SEND_S has passed since the last call or
+        SEND_RECORDS records wait (one call for all), then start the attempts."""
         self.counts["dispatch_passes"] += 1
         if self._budget > 0 and not await self.buffer.full.remote():
             while self._budget > 0:
                 self._budget -= 1
                 self.counts["groups_started"] += 1
                 self._open_group(self._next_task(), self.rollout.group_size)
-        lent: list[tuple[Pod, Attempt]] = []
-        while self._pending and not self._stopping and self._may_lend(len(lent)):
-            pod = self.pool.idle_pod()
-            if pod is None:
-                break
-            attempt = self._pending.popleft()
-            attempt.group.queued -= 1
-            attempt.group.running += 1
-            lent.append((pod, attempt))
+        self._launch()
         if self._pending and not self._stopping:  # more pods, started beside the dispatch
             self.pool.grow(len(self._pending), self._wake.set)
-        # From here on nothing awaits: what was lent starts now, journaled first.
-        for _, attempt in lent:
-            if attempt.group.result is None:
-                self.outbox.dispatched(attempt.group.group_id, attempt.episode_id, attempt.number)
-        self.outbox.send()
-        for pod, attempt in lent:
-            self._start(pod, attempt)
         now = time.monotonic()
         if now >= self._next_sweep:
             self._next_sweep = now + SWEEP_S
@@ -311,6 +301,38 @@ class Scheduler:
         if now >= self._next_retire and len(self.pool.pods) > self.rollout.min_pods:
             self._next_retire = now + RETIRE_S
             await self.pool.retire_idle()
+
+    def _launch(self, freed: Pod | None = None) -> None:
+        """Lend an idle pod to each queued attempt there is one for, journal them, send the
+        buffer what it is owed if due, and start them. Nothing awaits: the dispatch pass calls
+        it, and so does a settled attempt's callback with the pod it ``freed`` (still marked
+        busy), which takes the next queued attempt at once, not at the next pass."""
+        lent: list[tuple[Pod, Attempt]] = []
+        if freed is not None:
+            if self._pending and not self._stopping:
+                attempt = self._pending.popleft()
+                attempt.group.queued -= 1
+                attempt.group.running += 1
+                lent.append((freed, attempt))
+            else:
+                self.pool.release(freed)
+        while self._pending and not self._stopping and self._may_lend(len(lent)):
+            pod = self.pool.idle_pod()
+            if pod is None:
+                break
+            attempt = self._pending.popleft()
+            attempt.group.queued -= 1
+            attempt.group.running += 1
+            lent.append((pod, attempt))
+        for _, attempt in lent:  # journaled before anything the attempt produces
+            if attempt.group.result is None:
+                self.outbox.dispatched(attempt.group.group_id, attempt.episode_id, attempt.number)
+        now = time.monotonic()
+        if len(self.outbox.events) >= SEND_RECORDS or now >= self._next_send:
+            self._next_send = now + SEND_S
+            self.outbox.send()
+        for pod, attempt in lent:
+            self._start(pod, attempt)
 
     def _may_lend(self, lent: int) -> bool:
         """Whether a pod may be idle (not every pod is busy): a pool of busy pods is not
@@ -326,15 +348,16 @@ class Scheduler:
         attempt.pod, attempt.started = pod.name, time.monotonic()
         self.counts["attempts_dispatched"] += 1
         temperature = self.config.eval_temperature if group.result else self.config.temperature
+        spec = {
+            "task": group.task,
+            "harness": self.config.harness,
+            "harness_options": self.config.harness_options,
+            "attempt": attempt.number,
+            "episode_id": attempt.episode_id,
+            "temperature": temperature,
+        }
         try:
-            call = pod.actor.run_episode.remote(
-                group.task,
-                self.config.harness,
-                harness_options=self.config.harness_options,
-                attempt=attempt.number,
-                episode_id=attempt.episode_id,
-                temperature=temperature,
-            )
+            call = pod.actor.run.remote(spec)  # HarnessPod.run: one argument, cheap to submit
             future = asyncio.wrap_future(call.future())
         except Exception as e:  # the call could not even be made: settles like any failure
             future = asyncio.get_running_loop().create_future()
@@ -371,12 +394,13 @@ class Scheduler:
             self._replacing.add(task)
             task.add_done_callback(self._replacing.discard)
             return
-        try:
-            self.pool.release(pod)
-        except Exception as e:
-            log.warning("returning %s to the pool: %r", pod.name, e)
         attempt.group.running -= 1
         self._settle(attempt, episode, reason)
+        try:  # the freed pod takes the next queued attempt now, or goes back to the pool
+            self._launch(freed=pod)
+        except Exception as e:  # the dispatch pass will try again
+            pod.busy = False
+            self._loop_error(e)
 
     async def _replace_and_settle(
         self, pod: Pod, attempt: Attempt, episode: Episode | None, reason: str

@@ -87,6 +87,9 @@ class SimulatedPod:
     ) -> Episode:
         return _episode(episode_id, attempt, task["id"], harness)
 
+    async def run(self, spec: dict) -> Episode:
+        return await self.run_episode(**spec)
+
 
 class PodHost:
     """One Ray actor that serves many simulated pods (each call names its pod); an episode
@@ -121,6 +124,9 @@ class PodHost:
             await asyncio.sleep(self.delay_s)
         return _episode(episode_id, attempt, task["id"], harness)
 
+    async def run(self, pod_id: str, spec: dict) -> Episode:
+        return await self.run_episode(pod_id, **spec)
+
 
 class _Method:
     def __init__(self, host: Any, name: str, pod_id: str) -> None:
@@ -138,6 +144,7 @@ class HostedPod:
         self.start = _Method(host, "start", pod_id)
         self.stop = _Method(host, "stop", pod_id)
         self.run_episode = _Method(host, "run_episode", pod_id)
+        self.run = _Method(host, "run", pod_id)
 
 
 class HostedPodPool(PodPool):

@@ -75,6 +75,9 @@ class Pod:
     async def stop(self) -> None:
         return None
 
+    async def run(self, spec: dict) -> Episode:
+        return await self.run_episode(**spec)
+
     async def run_episode(self, task, harness, attempt=0, episode_id="", **_: object) -> Episode:
         first = attempt == 0
         if self.mode == "object_lost" and first:
