@@ -215,6 +215,17 @@ def _student_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
+def _view(args: argparse.Namespace) -> int:
+    from forge.view import serve
+
+    try:
+        serve(Path(args.run_dir), host=args.host, port=args.port)
+    except FileNotFoundError as e:
+        print(f"forge view: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _analyze(args: argparse.Namespace) -> int:
     import json
 
@@ -412,6 +423,12 @@ def build_parser() -> argparse.ArgumentParser:
     ana = sub.add_parser("analyze", help="tool-use behaviour per policy version of a run")
     ana.add_argument("run_dir", help="a run directory (runs/<name>)")
     ana.set_defaults(func=_analyze)
+
+    view = sub.add_parser("view", help="a local web view of a run (live while it runs)")
+    view.add_argument("run_dir", help="a run directory (runs/<name>) or a forge eval agent folder")
+    view.add_argument("--port", type=int, default=8300, help="port (default 8300)")
+    view.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback)")
+    view.set_defaults(func=_view)
 
     har = sub.add_parser("harness", help="list or install the real harnesses")
     har.add_argument("action", choices=["list", "install"])
