@@ -215,6 +215,19 @@ def _student_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plot(args: argparse.Namespace) -> int:
+    from forge.plot import plot
+
+    metrics = [m for m in (args.metrics or "").split(",") if m] or None
+    try:
+        paths = plot(Path(args.run_dir), Path(args.out) if args.out else None, metrics)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"forge plot: {e}", file=sys.stderr)
+        return 2
+    print(f"[forge] {len(paths)} charts in {paths[-1].parent}")
+    return 0
+
+
 def _view(args: argparse.Namespace) -> int:
     from forge.view import serve
 
@@ -423,6 +436,12 @@ def build_parser() -> argparse.ArgumentParser:
     ana = sub.add_parser("analyze", help="tool-use behaviour per policy version of a run")
     ana.add_argument("run_dir", help="a run directory (runs/<name>)")
     ana.set_defaults(func=_analyze)
+
+    plt = sub.add_parser("plot", help="PNG charts of a run's step metrics")
+    plt.add_argument("run_dir", help="a run directory (runs/<name>)")
+    plt.add_argument("--out", help="output folder (default: RUN_DIR/plots)")
+    plt.add_argument("--metrics", help="comma-separated metric names (default: the usual ones)")
+    plt.set_defaults(func=_plot)
 
     view = sub.add_parser("view", help="a local web view of a run (live while it runs)")
     view.add_argument("run_dir", help="a run directory (runs/<name>) or a forge eval agent folder")

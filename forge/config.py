@@ -237,6 +237,25 @@ class WeightSyncConfig(_Strict):
     )
 
 
+class WandbConfig(_Strict):
+    project: str = Field(min_length=1, description="The W&B project.")
+    entity: str | None = Field(None, description="The W&B team or user (default: yours).")
+    name: str | None = Field(None, description="The W&B run name (default: the run's name).")
+    mode: Literal["offline", "online"] = Field(
+        "offline",
+        description="offline: written under the run directory, no network needed (upload "
+        "later with `wandb sync`); online: sent as the run goes.",
+    )
+    tags: list[str] = Field(default_factory=list, description="W&B tags.")
+
+
+class LoggingConfig(_Strict):
+    tensorboard: bool = Field(
+        False, description="Write TensorBoard event files to runs/<name>/tensorboard/."
+    )
+    wandb: WandbConfig | None = Field(None, description="Log each step to a W&B run (off: None).")
+
+
 class RunConfig(_Strict):
     name: str = Field("quickstart", description="Run name; outputs go to runs/<name>/.")
     runs_dir: str = Field("runs", description="Folder that holds run directories.")
@@ -294,6 +313,10 @@ class RunConfig(_Strict):
         ge=1,
         description="Attempts per evaluation task; the pass rate is over all of them (more "
         "attempts, less noise at temperature > 0).",
+    )
+    logging: LoggingConfig = Field(
+        default_factory=LoggingConfig,
+        description="Loggers beside metrics.jsonl: tensorboard, wandb (both off by default).",
     )
     checkpoint_every: int = Field(
         0, ge=0, description="Checkpoint every k steps (0: only at the end)."

@@ -33,6 +33,8 @@ from forge.config_placement import unplaceable
 from forge.episode_images import write_images
 from forge.harnesses import require
 from forge.harnesses.install import HarnessNotInstalled
+from forge.loggers import LoggerMissing, MetricsLog
+from forge.loggers import require as require_loggers
 from forge.progress import Progress
 from forge.sandboxes import IsolationUnavailable, check_isolation, reap_sandboxes
 from tasks.loader import TaskError, load_suite
@@ -293,18 +295,19 @@ class Run:
 
 def main(config: RunConfig, resume: bool = False) -> int:
     try:
+        require_loggers(config.logging)
         run = Run(config, resume=resume)
-    except (TaskError, HarnessNotInstalled, IsolationUnavailable) as e:
+    except (TaskError, HarnessNotInstalled, IsolationUnavailable, LoggerMissing) as e:
         print(f"forge run: {e}", file=sys.stderr)
         return 2
     progress = Progress(config, start_step=run.step)
-    metrics_file = open(run.dir / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115
+    steps = MetricsLog(run.dir, config.logging, config.name, config.model_dump())
     code = 0
     try:
         if config.eval_every and run.step == 0:  # where the curve starts
-            metrics_file.write(json.dumps(progress.evaluated(0, run.evaluate())) + "\n")
+            steps.write(progress.evaluated(0, run.evaluate()))
         while run.step < config.steps:
-            metrics_file.write(json.dumps(run.one_step(progress)) + "\n")
+            steps.write(run.one_step(progress))
     except KeyboardInterrupt:
         code = 130
         print("\n[forge] interrupted: stopping attempts, destroying sandboxes ...", flush=True)
@@ -316,7 +319,7 @@ def main(config: RunConfig, resume: bool = False) -> int:
         raise  # after the clean-up below, which never hides this error
     finally:
         final = finish(run, code)
-        metrics_file.close()
+        steps.close()
         if final is not None:
             progress.summary(run.step, final)
     return code
