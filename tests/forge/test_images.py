@@ -37,6 +37,8 @@ def test_dockerfiles_reproduce_the_builds() -> None:
     react = images.dockerfile("react")
     assert react.startswith(f"FROM {images.base_tag()}\n")
     assert f"# 0 = {PROGRAM_HOST}" in react and f"COPY 0 {PROGRAM}" in react
+    # the services' client and commands, for tasks with services (pods cannot mount them)
+    assert "COPY 1/ /opt/forge/services/" in react
 
 
 @pytest.mark.parametrize("tool", ["python3", "procps", "ca-certificates", "jq", "git", "curl"])
