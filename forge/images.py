@@ -391,7 +391,11 @@ def build_harness(
     t0 = time.monotonic()
     context: dict[str, str | bytes] = {"Dockerfile": dockerfile(name, base).encode()}
     context.update({str(i): host for i, host in enumerate(sorted(sources))})
-    _build(client, tag, context, progress, alias=f"{REPO}/{name}:{harness_version(name)}")
+    from forge.harnesses.install import PACKAGES as INSTALLABLE
+
+    pinned = INSTALLABLE.get(name)  # a pinned harness is also tagged by its version alone
+    alias = f"{REPO}/{name}:{pinned.version if pinned else harness_version(name)}"
+    _build(client, tag, context, progress, alias=alias)
     progress(f"{name}: built {tag} in {time.monotonic() - t0:.0f}s")
     return tag
 

@@ -132,6 +132,7 @@ def test_docker_pod_killed_mid_episode_leaves_no_container(
     assert folder and not os.path.exists(folder), f"the killed pod's host folder left: {folder}"
 
 
+@pytest.mark.full  # two runs (killed, resumed) in containers: -m full; the local one is in CI
 def test_docker_driver_sigkilled_then_resume_reaps_containers(
     tmp_path: Path,
     docker_daemon: Any,  # noqa: F811

@@ -234,6 +234,7 @@ def test_kube_pod_killed_mid_episode_leaves_no_pod(tmp_path: Path, cluster: Clus
     assert containers == [], [c["Names"] for c in containers]
 
 
+@pytest.mark.full  # two runs (killed, resumed) in containers: -m full; the local one is in CI
 def test_kube_driver_sigkilled_then_resume_reaps_pods(tmp_path: Path, cluster: Cluster) -> None:
     name = "kube-driver-killed"
     run_dir = tmp_path / name

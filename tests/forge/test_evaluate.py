@@ -44,11 +44,12 @@ def test_pass_at_1_pass_at_k_and_pass_hat_k() -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_forge_eval_oracle_passes_and_noop_fails(tmp_path: Path) -> None:
-    # react and one real harness (pi's own oracle/noop episodes: tests/forge/harnesses/test_pi.py)
+def test_forge_eval_oracle_passes(tmp_path: Path) -> None:
+    # react and one real harness through forge eval; each harness's noop episodes score 0 in
+    # its own test (tests/forge/harnesses/test_*.py); pass@k of failures: the test above
     harnesses = ["react"] + [h for h in ("codex",) if PACKAGES[h].installed()]
     results = {}
-    for mode in ("oracle", "noop"):
+    for mode in ("oracle",):  # one forge eval: a second for noop would cost ~25 s of CI
         out = tmp_path / mode
         args = [
             "eval",
@@ -75,7 +76,6 @@ def test_forge_eval_oracle_passes_and_noop_fails(tmp_path: Path) -> None:
             assert len(lines) == 3, h
     for h in harnesses:
         assert results["oracle"][h]["pass@1"] == 1.0, (h, results["oracle"][h])
-        assert results["noop"][h]["pass@1"] == 0.0, (h, results["noop"][h])
         assert results["oracle"][h]["tool_calls"], h  # the oracle used the harness's tools
 
 

@@ -15,6 +15,7 @@ def test_registry_names_every_family() -> None:
         "file_absent",
         "json_field",
         "page_state",
+        "app_state",
         "command",
         "answer_equals",
         "answer_regex",

@@ -43,5 +43,6 @@ def test_eight_pi_episodes_at_once(ray_cluster) -> None:
 @pytest.mark.skipif(not PACKAGES["openclaw"].installed(), reason="openclaw is not installed")
 @pytest.mark.slow
 @pytest.mark.ray
+@pytest.mark.full  # ~1.4 GB and 30 s: -m full; eight pi episodes at once run in CI
 def test_two_openclaw_episodes_at_once(ray_cluster) -> None:
     _run_at_once(ray_cluster, "openclaw", 2)
