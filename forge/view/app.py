@@ -67,6 +67,21 @@ def build_app(run_dir: Path) -> Starlette:
             return html(pages.page("Not found", "<p>no such episode in this run</p>", name), 404)
         return html(pages.episode_page(index, name, row, decode))
 
+    async def screen(request: Request) -> Response:
+        """A GUI turn's screenshot with the model's action drawn on it (forge.gui_marks)."""
+        from forge.gui_marks import draw_actions, folder_images
+
+        row = fresh().find(request.path_params["episode_id"], request.path_params["attempt"])
+        turns = (index.load(row).get("turns") or []) if row else []
+        turn = next((t for t in turns if t.get("index") == request.path_params["turn"]), None)
+        if turn is None or not turn.get("images"):
+            return Response(status_code=404)
+        try:
+            png = folder_images(index.episodes_path.parent)(turn["images"][-1])
+        except FileNotFoundError:
+            return Response(status_code=404)
+        return Response(draw_actions(png, turn.get("tool_calls") or []), media_type="image/png")
+
     async def compare(request: Request) -> Response:
         task = request.query_params.get("task")
         a, b = number(request, "a"), number(request, "b")
@@ -78,6 +93,7 @@ def build_app(run_dir: Path) -> Starlette:
             Route("/version/{version:int}", version),
             Route("/episodes", episodes),
             Route("/episode/{episode_id}/{attempt:int}", episode),
+            Route("/episode/{episode_id}/{attempt:int}/screen/{turn:int}.png", screen),
             Route("/compare", compare),
         ]
     )

@@ -235,6 +235,16 @@ def episode_page(index: RunIndex, name: str, row: EpisodeRow, decode: Decode) ->
         f"<div class='segment'>{_tokens(s, decode)}</div>"
         for i, s in enumerate(ep.get("segments") or [])
     )
+    screens = "".join(
+        f"<figure class='screen'><img src='{_episode_href(row)}/screen/{t.get('index', i)}.png' "
+        f"width='480' alt='turn {t.get('index', i)}'><figcaption>turn {t.get('index', i)}: "
+        + esc("; ".join(f"{c['name']}({c['arguments']})" for c in t.get("tool_calls") or []))
+        + "</figcaption></figure>"
+        for i, t in enumerate(turns)
+        if t.get("images")
+    )
+    if screens:
+        screens = "<h3>Screens (the model's action marked)</h3>" + screens
     services = ""
     if ep.get("service_calls"):
         services = "<h3>Service calls</h3>" + table(
@@ -245,6 +255,7 @@ def episode_page(index: RunIndex, name: str, row: EpisodeRow, decode: Decode) ->
     body = (
         table(["", ""], meta)
         + services
+        + screens
         + "<h3>Conversation (as the harness sent it)</h3>"
         + chat
         + "<h3>Tokens (coloured: trained, by log-probability; grey: not trained)</h3>"

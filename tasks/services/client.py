@@ -45,8 +45,9 @@ def _request(path: str, body: Any = None, via: str = "cli") -> Any:
             "X-Forge-Via": via,
         },
     )
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never a proxy
     try:
-        with urllib.request.urlopen(request, timeout=60) as reply:
+        with opener.open(request, timeout=60) as reply:
             return json.loads(reply.read() or b"null")
     except urllib.error.HTTPError as e:
         try:

@@ -24,7 +24,7 @@ from starlette.testclient import TestClient
 from actors.replay_buffer import ReplayBuffer
 from forge.harnesses.gui_actions import find_chromium
 from forge.trajectory import assemble
-from forge.types import Episode, Turn
+from forge.types import Episode, Turn, image_part
 from forge.view import build_app
 from forge.view.index import RunIndex
 
@@ -70,9 +70,28 @@ def _episode(eid: str, version: int, reward: float, word: str) -> Episode:
                    segments=segments, reset_reasons=resets, verifier_detail="ok")  # fmt: skip
 
 
+def _gui_episode() -> Episode:
+    """A GUI turn: a screenshot in the request, a click on it."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (640, 480), "white").save(buf, format="PNG")
+    image = image_part(buf.getvalue(), "image/png")
+    call = {"id": "c1", "name": "click", "arguments": json.dumps({"x": 500, "y": 500})}
+    turn = Turn("e-gui", 0, 0, "chat", {"messages": [{"role": "user", "content": "Press Go"}]},
+                _ids("<screen>"), _ids("<click>"), [-0.5] * len(_ids("<click>")), "", [call],
+                "tool_calls", 2, 0.1, time.time(), images=[image.sha256])  # fmt: skip
+    segments, _ = assemble([turn])
+    return Episode("e-gui", "press_go", 0, "browser", 1.0, "ok", turns=[turn],
+                   segments=segments, images={image.sha256: image})  # fmt: skip
+
+
 def record_run(run_dir: Path) -> dict[str, float]:
-    """A run's files as the driver and the ReplayBuffer write them: 3 steps, 12 episodes in 3
-    groups (one with equal rewards), a dropped group and a failed attempt."""
+    """A run's files as the driver and the ReplayBuffer write them: 3 steps, 13 episodes in 4
+    groups (one with equal rewards, one of a GUI episode with its screenshot), a dropped group
+    and a failed attempt."""
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text("policy: {engine: {name: torch, model: tiny}}\n")
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(s) + "\n" for s in STEPS))
@@ -81,12 +100,13 @@ def record_run(run_dir: Path) -> dict[str, float]:
     for v, rs in rewards.items():
         group = [_episode(f"e{v}{i}", v, r, "gita" if r else "nope") for i, r in enumerate(rs)]
         buffer.record([("put", group, f"g{v}")])
+    buffer.record([("put", [_gui_episode()], "g-gui")])
     lost = _episode("e-lost", 2, 0.0, "x")
     buffer.record([("drop", [lost], "g-lost", "sandbox_error after 2 retries")])
     failed = Episode("e-fail", "read_word", 1, "react", 0.0, "failed", failure="pod_died")
     buffer.record([("failure", failed, "g2", "pod_died")])
     buffer.close()
-    return {"episodes": 12, "last_reward": 0.75}
+    return {"episodes": 13, "last_reward": 0.75}
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +148,7 @@ def test_pages_show_the_runs_numbers(view, browser) -> None:
     url, _ = view
     page = browser.new_page()  # type: ignore[attr-defined]
     page.goto(url + "/")
-    assert page.inner_text("#n-episodes") == "12" and page.inner_text("#n-steps") == "3"
+    assert page.inner_text("#n-episodes") == "13" and page.inner_text("#n-steps") == "3"
     reward = page.locator(".chart[data-metric='reward'] .last").inner_text()
     assert float(reward) == 0.75
     assert page.locator(".chart[data-metric='held-out pass rate'] .last").inner_text() == "0.25"
@@ -153,6 +173,12 @@ def test_pages_show_the_runs_numbers(view, browser) -> None:
     assert page.locator(".segment span.masked").count() > 0
     _shot(page, "episode")
 
+    page.goto(url + "/episode/e-gui/0")  # the screenshot, the click drawn on it
+    img = page.locator("figure.screen img")
+    assert img.count() == 1 and "click" in page.inner_text("figure.screen figcaption")
+    assert page.evaluate("document.querySelector('figure.screen img').naturalWidth") == 640
+    _shot(page, "gui-episode")
+
     page.goto(url + "/compare")
     page.click("text=read_word")
     cols = page.locator(".cols > div")
@@ -167,12 +193,12 @@ def test_the_view_follows_a_run_while_it_runs(view) -> None:
     _, run_dir = view
     client = TestClient(build_app(run_dir))
     before = client.get("/episodes").text
-    assert "12 episodes" in before
+    assert "13 episodes" in before
     with open(run_dir / "episodes" / "episodes.jsonl", "a") as f:
         f.write(json.dumps({"group_id": "g9", **_episode("e-new", 3, 1.0, "gita").to_dict()}))
         f.write("\n" + '{"half": ')  # a line still being written is not read yet
     after = client.get("/episodes").text
-    assert "13 episodes" in after and "e-new" in after
+    assert "14 episodes" in after and "e-new" in after
     assert client.get("/episode/e-new/0").status_code == 200
     assert client.get("/episode/nope/0").status_code == 404
 
