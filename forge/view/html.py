@@ -19,7 +19,7 @@ th{background:#f3f4f6}.num{text-align:right;font-variant-numeric:tabular-nums}
 .msg{border:1px solid #ddd;margin:6px 0;padding:6px;white-space:pre-wrap;word-break:break-word}
 .role{font-weight:bold;color:#374151}.tool{background:#eef2ff}.sys{background:#f9fafb}
 .tok{font-family:monospace;white-space:pre-wrap;border-radius:2px}.masked{color:#9ca3af}
-.cols{display:flex;gap:12px}.cols>div{flex:1;min-width:0}
+.cols{display:flex;gap:12px}.cols>div{flex:1;min-width:0}.screen img{border:1px solid #ccc}
 """
 
 
