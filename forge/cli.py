@@ -228,6 +228,23 @@ def _plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from forge.export_atif import export
+
+    try:
+        written = list(export(Path(args.run_dir), Path(args.out) if args.out else None))
+    except (FileNotFoundError, ValidationError) as e:
+        print(f"forge export: {e}", file=sys.stderr)
+        return 2
+    n, checked = len(written), all(ok for _, ok in written)
+    how = "validated with harbor's Trajectory model" if checked else "not validated: no harbor"
+    where = Path(args.out) if args.out else Path(args.run_dir) / "atif"
+    print(f"[forge] {n} episodes as ATIF in {where} ({how})")
+    return 0
+
+
 def _view(args: argparse.Namespace) -> int:
     from forge.view import serve
 
@@ -436,6 +453,12 @@ def build_parser() -> argparse.ArgumentParser:
     ana = sub.add_parser("analyze", help="tool-use behaviour per policy version of a run")
     ana.add_argument("run_dir", help="a run directory (runs/<name>)")
     ana.set_defaults(func=_analyze)
+
+    exp = sub.add_parser("export", help="a run's episodes in another format (ATIF)")
+    exp.add_argument("run_dir", help="a run directory (runs/<name>) or a forge eval agent folder")
+    exp.add_argument("--format", choices=["atif"], default="atif", help="ATIF (Harbor's)")
+    exp.add_argument("--out", help="output folder (default: RUN_DIR/atif)")
+    exp.set_defaults(func=_export)
 
     plt = sub.add_parser("plot", help="PNG charts of a run's step metrics")
     plt.add_argument("run_dir", help="a run directory (runs/<name>)")
