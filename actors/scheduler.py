@@ -310,20 +310,14 @@ class Scheduler:
         lent: list[tuple[Pod, Attempt]] = []
         if freed is not None:
             if self._pending and not self._stopping:
-                attempt = self._pending.popleft()
-                attempt.group.queued -= 1
-                attempt.group.running += 1
-                lent.append((freed, attempt))
+                lent.append((freed, self._take()))
             else:
                 self.pool.release(freed)
         while self._pending and not self._stopping and self._may_lend(len(lent)):
             pod = self.pool.idle_pod()
             if pod is None:
                 break
-            attempt = self._pending.popleft()
-            attempt.group.queued -= 1
-            attempt.group.running += 1
-            lent.append((pod, attempt))
+            lent.append((pod, self._take()))
         for _, attempt in lent:  # journaled before anything the attempt produces
             if attempt.group.result is None:
                 self.outbox.dispatched(attempt.group.group_id, attempt.episode_id, attempt.number)
@@ -333,6 +327,13 @@ class Scheduler:
             self.outbox.send()
         for pod, attempt in lent:
             self._start(pod, attempt)
+
+    def _take(self) -> Attempt:
+        """The next queued attempt, now running."""
+        attempt = self._pending.popleft()
+        attempt.group.queued -= 1
+        attempt.group.running += 1
+        return attempt
 
     def _may_lend(self, lent: int) -> bool:
         """Whether a pod may be idle (not every pod is busy): a pool of busy pods is not
