@@ -42,43 +42,6 @@ def test_pass_at_1_pass_at_k_and_pass_hat_k() -> None:
     assert "| h1 | 0.375 | 0.500 | 0.250 | 2 | 6 |" in table({"h1": r})
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_forge_eval_oracle_passes(tmp_path: Path) -> None:
-    # react and one real harness through forge eval; each harness's noop episodes score 0 in
-    # its own test (tests/forge/harnesses/test_*.py); pass@k of failures: the test above
-    harnesses = ["react"] + [h for h in ("codex",) if PACKAGES[h].installed()]
-    results = {}
-    for mode in ("oracle",):  # one forge eval: a second for noop would cost ~25 s of CI
-        out = tmp_path / mode
-        args = [
-            "eval",
-            str(ROOT / "examples" / "oracle.yaml"),
-            f"policy.engine.mode={mode}",
-            "task_ids=[hello_file,json_extract,count_errors]",
-            "--harness",
-            ",".join(harnesses),
-            "--tasks",
-            "smoke",
-            "-k",
-            "1",
-            "--out",
-            str(out),
-        ]
-        r = subprocess.run([*FORGE, *args], capture_output=True, text=True, timeout=800, env=_env())
-        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-        assert "| harness | pass@1 |" in r.stdout  # the table is printed
-        report = json.loads((out / "eval.json").read_text())
-        assert (out / "eval.md").exists()
-        results[mode] = {h: report["harnesses"][h] for h in harnesses}
-        for h in harnesses:
-            lines = (out / h / "episodes.jsonl").read_text().splitlines()
-            assert len(lines) == 3, h
-    for h in harnesses:
-        assert results["oracle"][h]["pass@1"] == 1.0, (h, results["oracle"][h])
-        assert results["oracle"][h]["tool_calls"], h  # the oracle used the harness's tools
-
-
 def _write(path: Path, text: str) -> str:
     path.write_text(text)
     return str(path)
@@ -172,13 +135,17 @@ def test_a_name_defined_twice_names_both_files(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_forge_eval_compares_command_agents_by_name(tmp_path: Path) -> None:
-    """Three command agents (the ReAct program described by config, from two files) in one
-    table on the oracle policy; overrides after the flags; one rate printed for k=1."""
+def test_forge_eval_compares_agents_by_name(tmp_path: Path) -> None:
+    """Built-in harnesses (react and a real one; each harness's noop episodes score 0 in its own
+    test) and three command agents (the ReAct program described by config, from two files) in
+    one table on the oracle policy; overrides after the flags; one rate printed for k=1."""
+    builtin = ["react"] + [h for h in ("codex",) if PACKAGES[h].installed()]
     out = tmp_path / "eval"
     args = [
         "eval",
         str(ROOT / "examples" / "oracle.yaml"),
+        "--harness",
+        ",".join(builtin),
         "--harness-config",
         str(ROOT / "examples" / "command-harness.yaml"),
         "--harness-config",
@@ -196,11 +163,13 @@ def test_forge_eval_compares_command_agents_by_name(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     names = ["react-by-config", "react-all-tools", "react-shell-only"]
     report = json.loads((out / "eval.json").read_text())
-    assert list(report["harnesses"]) == names
-    for name in names:
+    assert list(report["harnesses"]) == builtin + names
+    assert "| harness | pass@1 |" in r.stdout  # the table is printed
+    for name in builtin + names:
         row = report["harnesses"][name]
-        assert row["harness"] == "command" and row["tasks"] == 2, row
-        assert row["pass@1"] == 1.0, (name, row)
+        assert row["harness"] == (name if name in builtin else "command"), row
+        assert row["tasks"] == 2 and row["pass@1"] == 1.0, (name, row)
+        assert row["tool_calls"], name  # the oracle used the agent's tools
         episodes = [json.loads(x) for x in (out / name / "episodes.jsonl").read_text().splitlines()]
         assert {e["task_id"] for e in episodes} == {"hello_file", "json_extract"}
         assert {e["harness"] for e in episodes} == {name}
