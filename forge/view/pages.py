@@ -68,8 +68,8 @@ def version_page(index: RunIndex, name: str, version: int) -> str:
     dropped groups and failed attempts of the run with their reasons."""
     groups: dict[str, list[EpisodeRow]] = defaultdict(list)
     for row in index.episodes:
-        if row.version == version:
-            groups[row.group_id].append(row)
+        if row.version == version:  # a forge eval's episodes have no group: one per task
+            groups[row.group_id or f"task {row.task_id}"].append(row)
     rows, classes = [], []
     for group_id, eps in groups.items():
         rewards = [r.reward for r in eps]
