@@ -49,9 +49,11 @@ def test_metrics_tensorboard_and_offline_wandb(tmp_path: Path, monkeypatch) -> N
     monkeypatch.setenv("WANDB_SILENT", "true")
     config = LoggingConfig.model_validate({"tensorboard": True, "wandb": {"project": "forge-t"}})
     log = MetricsLog(tmp_path, config, "demo", {"name": "demo"})
-    for record in RECORDS:
-        log.write(record)
-    log.close()
+    try:
+        for record in RECORDS:
+            log.write(record)
+    finally:  # W&B's service process and the event writer stop even when a write fails
+        log.close()
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [0, 1, 2]
     events = _events(tmp_path / "tensorboard")
