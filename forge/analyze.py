@@ -59,21 +59,27 @@ def _offered(request: dict[str, Any]) -> set[str]:
     return names
 
 
-def _results(request: dict[str, Any]) -> dict[str, str]:
-    """Tool results in a request's history, by call id, whatever the protocol."""
-    out: dict[str, str] = {}
+def tool_results(request: dict[str, Any]) -> dict[str, Any]:
+    """Tool results in a request's history, by call id, whatever the protocol: a chat ``tool``
+    message's content, a Responses output, or an Anthropic ``tool_result`` block (whole)."""
+    out: dict[str, Any] = {}
     for item in request.get("messages") or request.get("input") or []:
         if not isinstance(item, dict):
             continue
         if item.get("role") == "tool":  # chat completions
-            out[item.get("tool_call_id", "")] = json.dumps(item.get("content"))
+            out[str(item.get("tool_call_id", ""))] = item.get("content")
         elif item.get("type") in ("function_call_output", "custom_tool_call_output"):
-            out[item.get("call_id", "")] = json.dumps(item.get("output"))
+            out[str(item.get("call_id", ""))] = item.get("output")
         elif isinstance(item.get("content"), list):  # anthropic tool_result blocks
             for block in item["content"]:
                 if isinstance(block, dict) and block.get("type") == "tool_result":
-                    out[block.get("tool_use_id", "")] = json.dumps(block)
+                    out[str(block.get("tool_use_id", ""))] = block
     return out
+
+
+def _results(request: dict[str, Any]) -> dict[str, str]:
+    """:func:`tool_results` as JSON text (an Anthropic block keeps its ``is_error``)."""
+    return {k: json.dumps(v) for k, v in tool_results(request).items()}
 
 
 def _command(call: dict[str, Any]) -> str:

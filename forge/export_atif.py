@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from forge.analyze import episodes_file
+from forge.analyze import episodes_file, tool_results
 
 SCHEMA = "ATIF-v1.6"
 EXTRA = (  # what an OpenForge episode adds, in the trajectory's extra
@@ -38,19 +38,12 @@ def _text(content: Any) -> str:
 
 
 def _results(request: dict[str, Any]) -> dict[str, str]:
-    """Tool results in a request's history by call id (chat, Responses, Anthropic)."""
-    out: dict[str, str] = {}
-    for item in request.get("messages") or request.get("input") or []:
-        if not isinstance(item, dict):
-            continue
-        if item.get("role") == "tool":
-            out[str(item.get("tool_call_id", ""))] = _text(item.get("content"))
-        elif item.get("type") in ("function_call_output", "custom_tool_call_output"):
-            out[str(item.get("call_id", ""))] = _text(item.get("output"))
-        elif isinstance(item.get("content"), list):
-            for block in item["content"]:
-                if isinstance(block, dict) and block.get("type") == "tool_result":
-                    out[str(block.get("tool_use_id", ""))] = _text(block.get("content"))
+    """Tool results in a request's history by call id (chat, Responses, Anthropic), as text."""
+    out = {}
+    for call_id, value in tool_results(request).items():
+        if isinstance(value, dict) and value.get("type") == "tool_result":
+            value = value.get("content")  # an Anthropic block: its content
+        out[call_id] = _text(value)
     return out
 
 
