@@ -128,6 +128,13 @@ class SandboxConfig(Strict):
         "openforge/<harness>:<version> or openforge/base (it needs python3 and the agent at "
         "/opt/forge/agent; the harness's files are bind-mounted read-only).",
     )
+    image_aliases: dict[str, str] = Field(
+        default_factory=lambda: {"debian:*": "base", "ubuntu:*": "base", "python:*": "base"},
+        description="docker: what a task's own Dockerfile gets for its FROM image (Harbor "
+        "tasks; no registry is used): glob pattern -> local image tag, 'base' meaning the "
+        "Debian base `forge image build` makes. A base neither mapped nor in the daemon is "
+        "refused, naming it.",
+    )
     cpus: float = Field(1.0, gt=0, description="docker, kubernetes: CPUs per sandbox.")
     memory_mb: int = Field(
         4096, ge=64, description="docker, kubernetes: memory limit per sandbox in MiB (no swap)."

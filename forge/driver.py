@@ -37,6 +37,8 @@ from forge.loggers import LoggerMissing, MetricsLog
 from forge.loggers import require as require_loggers
 from forge.progress import Progress
 from forge.sandboxes import IsolationUnavailable, check_isolation, reap_sandboxes
+from forge.task_images import TaskImageError
+from forge.task_images import prepare as prepare_task_images
 from tasks.loader import TaskError, load_suite
 
 log = logging.getLogger(__name__)
@@ -93,6 +95,8 @@ class Run:
         self.eval_tasks = [t.model_dump() for t in load_suite(eval_suite)]
         for t in self.tasks + self.eval_tasks:
             t["limits"].update(config.task_limits)
+        say = lambda m: print(f"[forge] {m}", flush=True)  # noqa: E731
+        prepare_task_images(self.tasks + self.eval_tasks, config.sandbox, say)
         r = config.rollout
         placed = {kind: config.actor_options(kind) for kind in KINDS}
         mode = init_ray(num_cpus=max(os.cpu_count() or 1, config.cpus_needed()))
@@ -297,7 +301,13 @@ def main(config: RunConfig, resume: bool = False) -> int:
     try:
         require_loggers(config.logging)
         run = Run(config, resume=resume)
-    except (TaskError, HarnessNotInstalled, IsolationUnavailable, LoggerMissing) as e:
+    except (
+        TaskError,
+        TaskImageError,
+        HarnessNotInstalled,
+        IsolationUnavailable,
+        LoggerMissing,
+    ) as e:
         print(f"forge run: {e}", file=sys.stderr)
         return 2
     progress = Progress(config, start_step=run.step)

@@ -103,6 +103,7 @@ async def run_attempt(
         ro_mounts={**harness.ro_mounts(), **services.mounts(task), **app_mounts(task)},
         proxy_socket=pod.socket_path,
         proxy_tcp=f"{pod.host}:{pod.port}",
+        environment=task.environment.model_dump() if task.environment else None,
     )
     sandbox = sandbox_for(pod.sandbox_config, harness_name)
     pod.sandboxes.add(sandbox)

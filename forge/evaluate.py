@@ -250,6 +250,7 @@ def summary(name: str, r: dict[str, Any], episodes: int) -> str:
 def evaluate(config: RunConfig, agents: list[Agent], k: int, out: Path) -> dict[str, Any]:
     from actors.replay_buffer import ReplayBuffer
     from actors.scheduler import Scheduler
+    from forge.task_images import prepare as prepare_task_images
     from serve.policy import deploy_policy
     from tasks.loader import load_suite
 
@@ -269,6 +270,7 @@ def evaluate(config: RunConfig, agents: list[Agent], k: int, out: Path) -> dict[
         tasks = [t for t in tasks if t["id"] in set(config.task_ids)]
     for t in tasks:
         t["limits"].update(config.task_limits)
+    prepare_task_images(tasks, config.sandbox, lambda m: print(f"[forge] {m}", flush=True))
     init_ray(
         num_cpus=max(os.cpu_count() or 1, *(r.cpus_needed(trainer=False) for r in runs.values()))
     )

@@ -316,8 +316,13 @@ def has_image(client: Any, tag: str) -> bool:
     return True
 
 
-def _build(
-    client: Any, tag: str, context: dict[str, str | bytes], progress: Progress, alias: str | None
+def build_context(
+    client: Any,
+    tag: str,
+    context: dict[str, str | bytes],
+    progress: Progress,
+    alias: str | None,
+    timeout_s: float | None = None,
 ) -> None:
     """Build ``tag`` from ``context`` (name in the context -> host path to add, or the bytes of
     a file; "Dockerfile" among them), sent to the daemon as a tar; never pulls."""
@@ -344,6 +349,7 @@ def _build(
             pull=False,
             network_mode="none",
             decode=True,
+            timeout=timeout_s,
         )
         for chunk in stream:
             if "error" in chunk:
@@ -373,7 +379,7 @@ def build_base(
     context: dict[str, str | bytes] = {"Dockerfile": _base_dockerfile(rootfs, gui).encode()}
     context.update({f"layout/{d}/": "" for d in LAYOUT})
     context.update({f"agent/{rel}": data for rel, data in _agent_tree().items()})
-    _build(client, tag, context, progress, alias=f"{REPO}/{what}:latest")
+    build_context(client, tag, context, progress, alias=f"{REPO}/{what}:latest")
     return tag
 
 
@@ -395,7 +401,7 @@ def build_harness(
 
     pinned = INSTALLABLE.get(name)  # a pinned harness is also tagged by its version alone
     alias = f"{REPO}/{name}:{pinned.version if pinned else harness_version(name)}"
-    _build(client, tag, context, progress, alias=alias)
+    build_context(client, tag, context, progress, alias=alias)
     progress(f"{name}: built {tag} in {time.monotonic() - t0:.0f}s")
     return tag
 

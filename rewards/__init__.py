@@ -29,6 +29,7 @@ from rewards.base import Verdict, Verifier, VerifierSpec
 from rewards.command import Command
 from rewards.common import AllOf, SpecError, VerifierModel, join_field
 from rewards.files import FileAbsent, FileEquals, FileExists, FileRegex
+from rewards.harbor_tests import HarborTests
 from rewards.json_check import JsonField
 from rewards.page_state import PageState
 
@@ -43,6 +44,7 @@ VERIFIERS: dict[str, type[VerifierModel]] = {
         PageState,
         AppState,
         Command,
+        HarborTests,
         AnswerEquals,
         AnswerRegex,
         AnswerChars,

@@ -32,7 +32,6 @@ from forge.sandboxes.bwrap import HOME
 from rewards import build_verifier
 from rewards.app_state import AppState
 from rewards.base import Verdict
-from rewards.command import Command
 from rewards.common import AllOf, VerifierModel
 
 if TYPE_CHECKING:
@@ -73,7 +72,7 @@ def verifier_files(task: Task, verifiers: list[VerifierModel]) -> dict[str, str]
 
 
 def _deadline(verifiers: list[VerifierModel]) -> float:
-    return sum(v.timeout_s for v in verifiers if isinstance(v, Command)) + SLACK_S
+    return sum(getattr(v, "timeout_s", 0.0) for v in verifiers if v.runs_commands) + SLACK_S
 
 
 class _VerifierBox:
@@ -103,6 +102,10 @@ def _fresh(
     box = new_sandbox()
     try:
         box.create(spec)
+        if spec.environment:  # the task's image has its own workdir: the agent's copy replaces it
+            cleared = box.exec(["find", box.workspace, "-mindepth", "1", "-delete"], 60.0)
+            if cleared.exit_code != 0:
+                raise RuntimeError(f"emptying {box.workspace}: {cleared.stderr.strip()}")
         box.put_archive(box.workspace, workspace)
         for rel, text in files.items():
             box.put_file(f"{VERIFIER_DIR}/{rel}", text)
@@ -140,6 +143,7 @@ def run_verifier(
     spec = SandboxSpec(
         labels={**(labels or {}), "role": "verifier"},
         deadline_s=_deadline(verifiers),
+        environment=task.environment.model_dump() if task.environment else None,
     )
     files = verifier_files(task, verifiers)
     verdicts: list[Verdict] = []

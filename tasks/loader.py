@@ -19,7 +19,7 @@ import yaml
 from pydantic import ValidationError
 
 from rewards.common import SpecError, join_field
-from tasks import claw_gen
+from tasks import claw_gen, harbor
 from tasks.schema import Task
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -151,8 +151,14 @@ def resolve_suite(name_or_path: str | PathLike[str]) -> list[Path]:
 
 def load_suite(name_or_path: str | PathLike[str]) -> list[Task]:
     """Load every task of a suite; ids must be unique across all its files. A generated suite's
-    name (``claw-gen/train``: :mod:`tasks.claw_gen`) builds its tasks instead."""
+    name (``claw-gen/train``: :mod:`tasks.claw_gen`) builds its tasks instead, and
+    ``harbor:PATH`` reads Harbor-format task folders (:mod:`tasks.harbor`)."""
     text = str(name_or_path)
+    if harbor.is_harbor(text):
+        try:
+            return harbor.load(text)
+        except harbor.HarborError as e:
+            raise TaskError(e.problems) from None
     if claw_gen.is_generated(text) and not Path(text).exists():
         try:
             return claw_gen.load(text)

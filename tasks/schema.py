@@ -224,6 +224,31 @@ class Gui(BaseModel):
     )
 
 
+class Environment(BaseModel):
+    """A task that brings its own container image (a Harbor task's ``environment/``): it runs
+    only in the docker backend, from an image built from ``dockerfile`` in ``context`` (its
+    ``FROM`` resolved to a local image: :mod:`forge.task_images`), in ``workdir``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    context: str = Field(description="Host path of the build context (the Dockerfile's folder).")
+    dockerfile: str = Field(default="Dockerfile", description="The Dockerfile, in the context.")
+    workdir: str = Field(
+        default="/app",
+        pattern=r"^/",
+        description="Where the agent works (its workspace): the Dockerfile's last WORKDIR.",
+    )
+    image: str | None = Field(
+        default=None, description="A prebuilt image to start from instead of the Dockerfile."
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
+    build_timeout_s: float = Field(default=600.0, gt=0, description="Most seconds a build takes.")
+    cpus: float | None = Field(default=None, gt=0, description="CPUs (None: sandbox.cpus).")
+    memory_mb: int | None = Field(
+        default=None, ge=64, description="Memory limit in MiB (None: sandbox.memory_mb)."
+    )
+
+
 class Task(BaseModel):
     """One task: what the agent is asked, the workspace it starts in, and how it is checked."""
 
@@ -262,6 +287,10 @@ class Task(BaseModel):
         description="Services offered as tools (mail, calendar, contacts, notes, kv: "
         "tasks.services), each with its seed ('default' or its state). They are kept by the "
         "HarnessPod, beside the sandbox and out of its reach; the verifier reads their state.",
+    )
+    environment: Environment | None = Field(
+        default=None,
+        description="Set for a task that brings its own image (see Environment): Harbor tasks.",
     )
     tags: list[str] = Field(default_factory=list, description="Free-form labels for filtering.")
 

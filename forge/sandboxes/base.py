@@ -7,7 +7,7 @@ import posixpath
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 
 @dataclass
@@ -32,7 +32,9 @@ class SandboxSpec:
     ``proxy_socket`` is the host Unix socket of the attempt's proxy, bridged to
     ``127.0.0.1:proxy_port`` inside an isolated network namespace; ``proxy_tcp`` (``host:port``)
     is the proxy's TCP address, used where no isolation is available (the sandbox then shares
-    the host network) or relayed through a private Unix socket where it is.
+    the host network) or relayed through a private Unix socket where it is. ``environment``:
+    a task's own image (a :class:`tasks.schema.Environment` as data: build context, Dockerfile,
+    workdir), for the backends that can build it (docker); its workdir is the workspace.
     """
 
     labels: dict[str, str] = field(default_factory=dict)
@@ -42,6 +44,7 @@ class SandboxSpec:
     proxy_socket: str | None = None
     proxy_port: int = 8931
     proxy_tcp: str | None = None
+    environment: dict[str, Any] | None = None
 
 
 class Sandbox(Protocol):

@@ -14,6 +14,9 @@ socket is bind-mounted at ``/run/forge/proxy.sock`` and relayed by the agent to
 ``127.0.0.1:<proxy_port>`` inside. CPU, memory and pids limits come from :class:`SandboxConfig`;
 labels name the run, HarnessPod, episode, attempt and a deadline (epoch seconds), so
 :func:`reap_containers` finds leaked ones. The workspace and home live in the container.
+A task that brings its own Dockerfile (a Harbor task) runs from its own image
+(:mod:`forge.task_images`) with the harness's files mounted, in the Dockerfile's workdir, with
+the environment its Dockerfile set.
 """
 
 from __future__ import annotations
@@ -184,6 +187,7 @@ class DockerSandbox(AgentSandbox):
         self.name = ""
         self.deadline = 0.0
         self._proxy_addr: str | None = None
+        self._path = DEFAULT_PATH
         self._state = _State()
         self._finalizer = weakref.finalize(self, _cleanup, self._state)
 
@@ -197,7 +201,14 @@ class DockerSandbox(AgentSandbox):
         for host in spec.ro_mounts:
             if not os.path.exists(host):
                 raise FileNotFoundError(f"read-only mount source does not exist: {host}")
-        image, binds = image_and_binds(client, self.config, self.harness, spec.ro_mounts)
+        if spec.environment:  # a task's own image: built when missing, the harness mounted
+            from forge import task_images
+
+            image = task_images.ensure(client, spec.environment, self.config.image_aliases)
+            binds = dict(spec.ro_mounts)
+            self.workspace = spec.environment["workdir"]
+        else:
+            image, binds = image_and_binds(client, self.config, self.harness, spec.ro_mounts)
         self.spec, self.image = spec, image
         try:
             self._start(client, spec, binds)
@@ -221,17 +232,22 @@ class DockerSandbox(AgentSandbox):
             self._proxy_addr = f"127.0.0.1:{spec.proxy_port}"
         extra = [] if os.geteuid() == 0 else ["--socket-mode", "666"]
         command = agent_command(
-            unix=AGENT_SOCKET, token_file=TOKEN_FILE, proxies=proxies, extra=extra
+            unix=AGENT_SOCKET,
+            token_file=TOKEN_FILE,
+            workspace=self.workspace,
+            proxies=proxies,
+            extra=extra,
         )
         self.deadline = time.time() + spec.deadline_s
         self.name = f"forge-{dir_name(spec.labels)}-{secrets.token_hex(3)}"
-        cfg = self.config
+        cfg, task = self.config, spec.environment or {}
+        cpus, memory_mb = task.get("cpus") or cfg.cpus, task.get("memory_mb") or cfg.memory_mb
         container = client.api.create_container(
             self.image,
             command=command,
             name=self.name,
             hostname="sandbox",
-            working_dir=WORKSPACE,
+            working_dir=self.workspace,
             labels=self.labels(spec, d),
             environment={"PATH": DEFAULT_PATH, "HOME": HOME, "LANG": "C.UTF-8", "TZ": "UTC"},
             host_config=client.api.create_host_config(
@@ -239,9 +255,9 @@ class DockerSandbox(AgentSandbox):
                 tmpfs={"/tmp": "rw,nosuid,nodev,mode=1777"},  # counted in the memory limit
                 network_mode="none",
                 init=True,
-                nano_cpus=int(cfg.cpus * 1e9),
-                mem_limit=cfg.memory_mb << 20,
-                memswap_limit=cfg.memory_mb << 20,
+                nano_cpus=int(cpus * 1e9),
+                mem_limit=memory_mb << 20,
+                memswap_limit=memory_mb << 20,
                 pids_limit=cfg.pids,
                 cap_drop=["ALL"],
                 cap_add=CAPS,
@@ -251,6 +267,12 @@ class DockerSandbox(AgentSandbox):
         self._state.container_id = container["Id"]
         client.api.start(container["Id"])
         base_env = {"PATH": DEFAULT_PATH, "HOME": HOME, "TZ": "UTC", "LANG": "C.UTF-8"}
+        if spec.environment:  # what the task's Dockerfile set (ENV), and its own variables
+            from forge.task_images import image_env
+
+            task_env = {**image_env(client, self.image), **spec.environment.get("env", {})}
+            base_env.update({k: v for k, v in task_env.items() if k != "HOME"})
+            self._path = base_env["PATH"]
         base_env.update(spec.env)
         agent = AgentClient(f"unix:{d / 'agent.sock'}", token, base_env=base_env)
         self._state.agent = agent
@@ -308,6 +330,9 @@ class DockerSandbox(AgentSandbox):
                         f"container {self.name} ({self.image}): the sandbox agent did not start "
                         f"({why}):\n{logs}"
                     ) from e
+
+    def default_path(self) -> str:
+        return self._path  # a task image's own PATH (its ENV), else the system's
 
     def destroy(self) -> None:
         """Remove the container (killing everything in it) and its host folder; idempotent."""

@@ -1,0 +1,2 @@
+#!/bin/bash
+awk '$1 % 2 == 0' numbers.txt > evens.txt

@@ -1,0 +1,2 @@
+#!/bin/bash
+printf '{"port": %s, "debug": false}\n' "$APP_PORT" > config/app.json

@@ -1,0 +1,216 @@
+"""Harbor-format tasks in: ``tasks: harbor:PATH``, a task folder or a folder of them.
+
+A Harbor task is a folder::
+
+    instruction.md          what the agent is asked (leading canary lines are dropped)
+    task.toml               timeouts, resources, environment variables (harbor's TaskConfig)
+    environment/Dockerfile  its image, with the files it copies
+    tests/test.sh           writes /logs/verifier/reward.txt or reward.json
+    solution/solve.sh       the reference solution (the oracle)
+
+Each becomes a :class:`tasks.schema.Task` whose ``environment`` is its image (built by the
+docker backend, :mod:`forge.task_images`; the agent works in the Dockerfile's ``WORKDIR``),
+whose verifier is ``harbor_tests`` (:mod:`rewards.harbor_tests`: the tests reach the
+environment only after the agent has finished) and whose solution is one shell step that
+unpacks ``solution/`` at ``/solution`` and runs ``solve.sh`` from the workdir, as Harbor's
+oracle does. ``task.toml`` is read with the ``harbor`` package's own ``TaskConfig``.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import io
+import re
+import shlex
+import tarfile
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from tasks.dockerfile import DockerfileError, final_workdir
+from tasks.schema import Task
+
+PREFIX = "harbor:"
+CONFIG = "task.toml"
+_CANARY = re.compile(r"^(<!--.*canary.*-->|#.*canary.*)$", re.IGNORECASE)
+
+
+class HarborError(ValueError):
+    """A Harbor task that cannot be loaded: ``problems`` holds ``(file, field, message)``."""
+
+    def __init__(self, problems: list[tuple[str, str, str]]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(": ".join(p for p in x if p) for x in problems))
+
+
+def is_harbor(name: str) -> bool:
+    return name.startswith(PREFIX)
+
+
+def task_dirs(root: Path) -> list[Path]:
+    """``root`` itself when it is a task (has task.toml), else its task subfolders, sorted."""
+    if (root / CONFIG).is_file():
+        return [root]
+    if not root.is_dir():
+        raise HarborError([(str(root), "", "no such folder")])
+    found = sorted(p for p in root.iterdir() if (p / CONFIG).is_file())
+    if not found:
+        raise HarborError([(str(root), "", f"no Harbor tasks (folders with {CONFIG}) here")])
+    return found
+
+
+def strip_canary(text: str) -> str:
+    """``text`` without its leading canary comment lines and the blank lines after them."""
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines) and _CANARY.match(lines[i].strip()):
+        i += 1
+    while i < len(lines) and not lines[i].strip():
+        i += 1
+    return "\n".join(lines[i:])
+
+
+def task_id(folder: Path) -> str:
+    """The folder's name as a task id: lower case, other characters as '-'."""
+    return re.sub(r"[^a-z0-9._-]+", "-", folder.name.lower()).strip("-._") or "task"
+
+
+def _task_config(path: Path) -> Any:
+    try:
+        from harbor.models.task.config import TaskConfig
+    except ImportError as e:
+        raise HarborError(
+            [
+                (
+                    str(path),
+                    "",
+                    f"reading Harbor tasks needs the harbor package ({e}): "
+                    "pip install --no-deps harbor toml (scripts/setup.sh does)",
+                )
+            ]
+        ) from None
+    try:
+        return TaskConfig.model_validate_toml(path.read_text(encoding="utf-8"))
+    except ValidationError as e:
+        first = e.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        raise HarborError([(str(path), field, first["msg"])]) from None
+    except Exception as e:  # TOML syntax
+        raise HarborError([(str(path), "", f"cannot read: {e}")]) from None
+
+
+def _plain(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    """A member without its owner and time: the step is the same text on every load."""
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.mtime = 0
+    return info
+
+
+def solution_step(folder: Path, env: dict[str, str]) -> str:
+    """One shell command that unpacks ``solution/`` at /solution and runs ``solve.sh`` from the
+    working directory (what Harbor's oracle agent does)."""
+    buf = io.BytesIO()
+    with (
+        gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w") as tar,
+    ):
+        for p in sorted(folder.rglob("*")):
+            if p.is_file() and "__pycache__" not in p.parts:
+                tar.add(p, arcname=str(p.relative_to(folder)), filter=_plain)
+    data = base64.b64encode(buf.getvalue()).decode()
+    prefix = "".join(f"{k}={shlex.quote(v)} " for k, v in env.items())
+    return (
+        f"mkdir -p /solution && echo {data} | base64 -d | tar -xzf - -C /solution "
+        f"&& {prefix}bash /solution/solve.sh"
+    )
+
+
+def load_task(folder: Path) -> Task:
+    """One Harbor task folder as a Task; HarborError naming the file and field at fault."""
+    folder = folder.resolve()
+    config = _task_config(folder / CONFIG)
+    problems: list[tuple[str, str, str]] = []
+    need = {
+        "instruction.md": folder / "instruction.md",
+        "tests/test.sh": folder / "tests" / "test.sh",
+    }
+    if config.steps:
+        problems.append((str(folder / CONFIG), "steps", "multi-step tasks are not supported"))
+    env_cfg = config.environment
+    dockerfile = folder / "environment" / "Dockerfile"
+    if not env_cfg.docker_image:
+        need["environment/Dockerfile"] = dockerfile
+    for rel, path in need.items():
+        if not path.is_file():
+            problems.append((str(folder), rel, "missing"))
+    if problems:
+        raise HarborError(problems)
+    workdir = env_cfg.workdir
+    if not workdir and dockerfile.is_file():
+        try:
+            workdir = final_workdir(dockerfile.read_text(encoding="utf-8"))
+        except DockerfileError as e:
+            raise HarborError([(str(dockerfile), "WORKDIR", str(e))]) from None
+    environment: dict[str, Any] = {
+        "context": str(folder / "environment"),
+        "workdir": workdir or "/app",
+        "env": dict(env_cfg.env),
+        "build_timeout_s": env_cfg.build_timeout_sec,
+        "cpus": env_cfg.cpus,
+        "memory_mb": env_cfg.memory_mb,
+        "image": env_cfg.docker_image,
+    }
+    verifier = {
+        "type": "harbor_tests",
+        "tests": str(folder / "tests"),
+        "timeout_s": config.verifier.timeout_sec,
+        "env": dict(config.verifier.env),
+    }
+    solve = folder / "solution" / "solve.sh"
+    solution = [solution_step(solve.parent, dict(config.solution.env))] if solve.is_file() else []
+    limits = {"timeout_s": config.agent.timeout_sec} if config.agent.timeout_sec else {}
+    tags = config.metadata.get("tags", [])
+    data = {
+        "id": task_id(folder),
+        "instruction": strip_canary((folder / "instruction.md").read_text(encoding="utf-8")),
+        "verifier": verifier,
+        "solution": solution,
+        "limits": limits,
+        "environment": environment,
+        "tags": ["harbor", *(str(t) for t in tags if isinstance(tags, list))],
+    }
+    try:
+        task = Task.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        raise HarborError([(str(folder), field, first["msg"])]) from None
+    task._source = str(folder)
+    return task
+
+
+def load(name: str) -> list[Task]:
+    """The tasks of ``harbor:PATH``; every folder's problems are reported together."""
+    root = Path(name.removeprefix(PREFIX)).expanduser()
+    tasks: list[Task] = []
+    problems: list[tuple[str, str, str]] = []
+    owner: dict[str, Path] = {}
+    for folder in task_dirs(root):
+        try:
+            task = load_task(folder)
+        except HarborError as e:
+            problems.extend(e.problems)
+            continue
+        if task.id in owner:
+            problems.append(
+                (str(folder), "id", f"duplicate id {task.id!r} (also {owner[task.id]})")
+            )
+            continue
+        owner[task.id] = folder
+        tasks.append(task)
+    if problems:
+        raise HarborError(problems)
+    return tasks
