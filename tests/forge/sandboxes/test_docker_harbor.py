@@ -1,0 +1,131 @@
+"""Harbor-format tasks run in containers of their own images: real HarnessPods (Ray actors
+before a real Serve Policy with the scripted engine) play the example tasks of
+examples/harbor through react and pi with sandbox.backend=docker. Each task's image is built
+from its Dockerfile (FROM debian, ubuntu and python resolved to the local base, a multi-stage
+build with ARG and RUN), the agent works in its WORKDIR with its ENV, and tests/test.sh runs
+in a fresh container of that image after the agent. The oracle (solution/solve.sh) scores 1.0
+and noop 0.0; an agent that forges the reward file and the tests scores 0."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from actors.harness_pod import HarnessPod
+from forge.config import PolicyConfig, SandboxConfig
+from forge.harnesses.install import PACKAGES
+from forge.sandboxes.docker import client_for
+from forge.task_images import prepare
+from serve.policy import deploy_policy
+from tasks import load_suite
+
+pytest.importorskip("harbor.models.task.config", reason="the harbor package reads task.toml")
+pytestmark = [pytest.mark.docker, pytest.mark.ray, pytest.mark.slow]
+RUN = "docker-harbor"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "harbor"
+
+
+@pytest.fixture(scope="module")
+def pods(ray_cluster, docker_daemon, docker_images):
+    ray = ray_cluster
+    sandbox = {"backend": "docker", "docker_host": docker_daemon.host}
+    out = {}
+    for mode in ("oracle", "noop"):
+        config = PolicyConfig(engine={"name": "scripted", "mode": mode}, num_cpus=0.25)
+        policy = deploy_policy(config, f"hb-{mode}")
+        pod = (
+            ray.remote(HarnessPod)
+            .options(num_cpus=0.25)
+            .remote(policy, pod_id=f"hb-{mode}", run=RUN, sandbox=sandbox)
+        )
+        ray.get(pod.start.remote())
+        out[mode] = pod
+    yield out
+    ray.get([p.stop.remote() for p in out.values()])
+
+
+def _play(ray, pods, tasks, harness: str) -> dict[tuple[str, str], object]:
+    calls = {
+        (mode, t.id): pod.run_episode.remote(
+            t.model_dump(), harness, episode_id=f"{harness}-{mode}-{t.id}"
+        )
+        for mode, pod in pods.items()
+        for t in tasks
+    }
+    return dict(zip(calls, ray.get(list(calls.values())), strict=True))
+
+
+@pytest.mark.parametrize(
+    "harness",
+    [
+        "react",
+        pytest.param(
+            "pi",
+            marks=pytest.mark.skipif(
+                not PACKAGES["pi"].installed(),
+                reason="pi is not installed: forge harness install pi",
+            ),
+        ),
+    ],
+)
+def test_harbor_tasks_oracle_1_noop_0(ray_cluster, docker_daemon, pods, harness):
+    tasks = load_suite(f"harbor:{EXAMPLES}")
+    client = client_for(docker_daemon.host)
+    t0 = time.monotonic()
+    config = SandboxConfig(backend="docker", docker_host=docker_daemon.host)
+    assert prepare([t.model_dump() for t in tasks], config, lambda m: None) == len(tasks)
+    print(f"\n[harbor] {len(tasks)} task images ready in {time.monotonic() - t0:.1f}s")
+    since = int(time.time()) - 1
+    episodes = _play(ray_cluster, pods, tasks, harness)
+    for (mode, task_id), ep in episodes.items():
+        assert ep.status == "ok", (task_id, ep.failure, ep.harness_log)
+        assert ep.reward == (1.0 if mode == "oracle" else 0.0), (mode, task_id, ep.verifier_detail)
+        assert ep.verifier_detail.startswith("test.sh exited 0: reward."), ep.verifier_detail
+    greet = episodes[("oracle", "fix-greeting")]
+    assert greet.verifier_detail.endswith('reward.json {"cases_passed": 3, "reward": 1}')
+    events = client.api.events(
+        since=since,
+        until=int(time.time()) + 1,
+        filters={"label": f"openforge.run={RUN}", "event": "create"},
+        decode=True,
+    )
+    created = [e["Actor"]["Attributes"] for e in events]
+    # harness and verifier containers alike ran from the tasks' own images: 2 modes x 2 each
+    assert len(created) == 4 * len(tasks)
+    used = {a["image"].split(":")[0] for a in created}
+    assert used == {f"openforge/task-{t.id}" for t in tasks}
+    assert client.api.containers(all=True, filters={"label": f"openforge.run={RUN}"}) == []
+
+
+CHEAT = """#!/bin/bash
+# forge what the verifier reads, outside the workdir, and answer wrong in it
+mkdir -p /logs/verifier /tests
+echo 1 > /logs/verifier/reward.txt
+printf '#!/bin/sh\\necho 1 > /logs/verifier/reward.txt\\n' > /tests/test.sh
+chmod +x /tests/test.sh
+echo cheat > /etc/cheat
+echo 41 > /app/answer.txt
+"""
+TEST = """#!/bin/bash
+if [ "$(cat /app/answer.txt)" = 42 ] && [ ! -e /etc/cheat ]; then r=1; else r=0; fi
+echo "$r" > /logs/verifier/reward.txt
+"""
+
+
+def test_an_agent_cannot_forge_the_reward_or_the_tests(ray_cluster, pods, tmp_path: Path):
+    task = tmp_path / "answer"
+    shutil.copytree(EXAMPLES / "csv-total", task)
+    (task / "instruction.md").write_text("Write 42 to /app/answer.txt.\n")
+    (task / "solution" / "solve.sh").write_text(CHEAT)
+    (task / "tests" / "test.sh").write_text(TEST)
+    (task / "tests" / "test.sh").chmod(0o755)
+    (loaded,) = load_suite(f"harbor:{task}")
+    ep = ray_cluster.get(pods["oracle"].run_episode.remote(loaded.model_dump(), "react"))
+    assert (ep.status, ep.reward) == ("ok", 0.0), ep.verifier_detail
+    assert ep.verifier_detail == "test.sh exited 0: reward.txt 0"
+    honest = loaded.model_copy(update={"solution": ["echo 42 > /app/answer.txt"]})
+    ep = ray_cluster.get(pods["oracle"].run_episode.remote(honest.model_dump(), "react"))
+    assert (ep.status, ep.reward) == ("ok", 1.0), ep.verifier_detail

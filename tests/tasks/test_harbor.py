@@ -1,0 +1,89 @@
+"""Harbor-format task folders read as Tasks (tasks.harbor): the example set, and bad folders
+refused naming the file and field."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tasks.harbor import strip_canary
+from tasks.loader import TaskError, load_suite
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "harbor"
+pytest.importorskip("harbor.models.task.config", reason="the harbor package reads task.toml")
+
+
+def test_the_example_tasks_load_with_their_image_workdir_tests_and_oracle():
+    tasks = {t.id: t for t in load_suite(f"harbor:{EXAMPLES}")}
+    assert sorted(tasks) == ["csv-total", "even-numbers", "fix-greeting", "port-config"]
+    csv = tasks["csv-total"]
+    assert csv.instruction.startswith("The file `/app/sales.csv`")  # the canary line dropped
+    assert csv.environment is not None
+    assert csv.environment.context == str(EXAMPLES / "csv-total" / "environment")
+    assert (csv.environment.workdir, csv.environment.cpus, csv.environment.memory_mb) == (
+        "/app",
+        1,
+        1024,
+    )
+    assert csv.limits.timeout_s == 120.0  # [agent] timeout_sec
+    assert csv.verifier == {
+        "type": "harbor_tests",
+        "tests": str(EXAMPLES / "csv-total" / "tests"),
+        "timeout_s": 60.0,
+        "env": {},
+    }
+    assert csv.tags == ["harbor", "files", "python"]
+    assert tasks["port-config"].environment.workdir == "/srv/app"  # WORKDIR /srv then app
+    assert tasks["fix-greeting"].verifier["env"] == {"GREETING_CASES": "Ann,Bo Li,x"}
+    assert tasks["fix-greeting"].limits.timeout_s == 300.0  # no [agent] timeout: the default
+    (step,) = csv.solution
+    assert "bash /solution/solve.sh" in step and step.startswith("mkdir -p /solution")
+    again = {t.id: t for t in load_suite(f"harbor:{EXAMPLES}")}
+    assert again["csv-total"].solution == csv.solution  # the same text on every load
+
+
+def test_one_task_folder_loads_alone():
+    (task,) = load_suite(f"harbor:{EXAMPLES / 'even-numbers'}")
+    assert task.id == "even-numbers"
+
+
+def _copy(tmp_path: Path, name: str = "csv-total", to: str = "Task One") -> Path:
+    dst = tmp_path / "set" / to
+    shutil.copytree(EXAMPLES / name, dst)
+    return dst
+
+
+def test_bad_folders_are_refused_naming_the_file_and_field(tmp_path: Path):
+    one = _copy(tmp_path)
+    (one / "tests" / "test.sh").unlink()
+    two = _copy(tmp_path, to="two")
+    (two / "task.toml").write_text("[verifier]\ntimeout_sec = 'soon'\n")
+    three = _copy(tmp_path, to="three")
+    (three / "environment" / "Dockerfile").write_text("FROM debian:bookworm\nWORKDIR $HOME\n")
+    with pytest.raises(TaskError) as err:
+        load_suite(f"harbor:{tmp_path / 'set'}")
+    text = str(err.value)
+    assert f"{one}: tests/test.sh: missing" in text
+    assert f"{two / 'task.toml'}: verifier.timeout_sec:" in text
+    assert f"{three / 'environment' / 'Dockerfile'}: WORKDIR:" in text
+
+
+def test_ids_are_made_from_folder_names_and_must_be_unique(tmp_path: Path):
+    _copy(tmp_path, to="Fix It")
+    _copy(tmp_path, to="fix-it")
+    with pytest.raises(TaskError, match="duplicate id 'fix-it'"):
+        load_suite(f"harbor:{tmp_path / 'set'}")
+
+
+def test_a_folder_without_tasks_is_refused(tmp_path: Path):
+    with pytest.raises(TaskError, match="no Harbor tasks"):
+        load_suite(f"harbor:{tmp_path}")
+    with pytest.raises(TaskError, match="no such folder"):
+        load_suite(f"harbor:{tmp_path / 'absent'}")
+
+
+def test_canary_lines_are_stripped_only_at_the_top():
+    text = "<!-- canary GUID x -->\n# BENCHMARK DATA canary\n\nDo it.\n# canary stays\n"
+    assert strip_canary(text) == "Do it.\n# canary stays\n"
