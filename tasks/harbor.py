@@ -141,6 +141,11 @@ def load_task(folder: Path) -> Task:
         problems.append((str(folder / CONFIG), "steps", "multi-step tasks are not supported"))
     env_cfg = config.environment
     dockerfile = folder / "environment" / "Dockerfile"
+    compose = [p.name for p in (folder / "environment").glob("docker-compose.y*ml")]
+    if compose:
+        problems.append((str(folder), f"environment/{compose[0]}", "compose is not supported"))
+    if env_cfg.gpus:
+        problems.append((str(folder / CONFIG), "environment.gpus", "GPUs are not supported"))
     if not env_cfg.docker_image:
         need["environment/Dockerfile"] = dockerfile
     for rel, path in need.items():

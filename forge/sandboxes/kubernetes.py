@@ -232,6 +232,10 @@ class KubernetesSandbox(AgentSandbox):
     def create(self, spec: SandboxSpec) -> None:
         if self._state.api is not None:
             raise RuntimeError("sandbox already created")
+        if spec.environment:
+            raise ValueError(
+                "a task with its own image (a Harbor task) needs sandbox.backend=docker"
+            )
         s = self.settings
         if self._api is None and spec.proxy_tcp:  # before any API call: a clear error
             unreachable_proxy(spec.proxy_tcp.rsplit(":", 1)[0], s)

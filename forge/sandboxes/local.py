@@ -177,6 +177,10 @@ class LocalSandbox:
     def create(self, spec: SandboxSpec) -> None:
         if self.dir is not None:
             raise RuntimeError("sandbox already created")
+        if spec.environment:
+            raise ValueError(
+                "a task with its own image (a Harbor task) needs sandbox.backend=docker"
+            )
         for host in spec.ro_mounts:
             if not os.path.exists(host):
                 raise FileNotFoundError(f"read-only mount source does not exist: {host}")

@@ -62,9 +62,15 @@ def test_bad_folders_are_refused_naming_the_file_and_field(tmp_path: Path):
     (two / "task.toml").write_text("[verifier]\ntimeout_sec = 'soon'\n")
     three = _copy(tmp_path, to="three")
     (three / "environment" / "Dockerfile").write_text("FROM debian:bookworm\nWORKDIR $HOME\n")
+    four = _copy(tmp_path, to="four")
+    (four / "environment" / "docker-compose.yaml").write_text("services: {}\n")
+    with (four / "task.toml").open("a") as f:
+        f.write("gpus = 1\n")  # in [environment]
     with pytest.raises(TaskError) as err:
         load_suite(f"harbor:{tmp_path / 'set'}")
     text = str(err.value)
+    assert f"{four}: environment/docker-compose.yaml: compose is not supported" in text
+    assert f"{four / 'task.toml'}: environment.gpus: GPUs are not supported" in text
     assert f"{one}: tests/test.sh: missing" in text
     assert f"{two / 'task.toml'}: verifier.timeout_sec:" in text
     assert f"{three / 'environment' / 'Dockerfile'}: WORKDIR:" in text
