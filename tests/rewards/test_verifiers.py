@@ -17,6 +17,7 @@ def test_registry_names_every_family() -> None:
         "page_state",
         "app_state",
         "command",
+        "harbor_tests",
         "answer_equals",
         "answer_regex",
         "answer_chars",
