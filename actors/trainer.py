@@ -61,6 +61,50 @@ _SUMMED = ("loss", "pg_loss", "kl")  # micro-batch shares that add up to the bat
 log = logging.getLogger(__name__)
 
 
+def grpo_batch(
+    groups: list[list[Episode]], version: int, normalize_std: bool
+) -> tuple[list[Episode], list[float], dict[str, float]]:
+    """The episodes to train on (groups whose advantages are not all 0), their group-relative
+    advantages, and the batch's reward, advantage and staleness metrics (``version``: the
+    weights being updated). Raises ``ValueError`` on a failed episode."""
+    episodes: list[Episode] = []
+    advantages: list[float] = []
+    rewards: list[float] = []
+    skipped = 0
+    for group in groups:
+        bad = [e.episode_id for e in group if e.status != "ok"]
+        if bad:
+            raise ValueError(f"train_step takes ok episodes only; got failed ones: {bad}")
+        r = torch.tensor([[e.reward for e in group]], dtype=torch.float32)
+        rewards.extend(r[0].tolist())
+        adv = group_advantages(r, normalize_std=normalize_std)[0]
+        if not bool(adv.any()):
+            skipped += 1
+            continue
+        episodes.extend(group)
+        advantages.extend(adv.tolist())
+    versions = [t.policy_version for g in groups for e in g for t in e.turns]
+    adv_t = torch.tensor(advantages or [0.0])
+    rew_t = torch.tensor(rewards or [0.0])
+    stats = {
+        "reward_mean": float(rew_t.mean()),
+        "reward_std": float(rew_t.std()) if len(rewards) > 1 else 0.0,
+        "advantage_mean": float(adv_t.mean()),
+        "advantage_std": float(adv_t.std()) if len(advantages) > 1 else 0.0,
+        "advantage_abs_mean": float(adv_t.abs().mean()),
+        "advantage_max": float(adv_t.max()),
+        "advantage_min": float(adv_t.min()),
+        "episodes": float(len(episodes)),
+        "episodes_in": float(sum(len(g) for g in groups)),
+        "groups": float(len(groups)),
+        "skipped_groups": float(skipped),
+        "pass_rate": sum(r >= 1.0 for r in rewards) / max(1, len(rewards)),
+        # how many versions behind the weights being updated the oldest sampled token is
+        "staleness_max": float(version - min(versions)) if versions else 0.0,
+    }
+    return episodes, advantages, stats
+
+
 class Trainer:
     def __init__(
         self,
@@ -117,7 +161,7 @@ class Trainer:
         """
         t0 = time.perf_counter()
         cfg = self.config
-        episodes, advantages, stats = self._advantages(groups)
+        episodes, advantages, stats = grpo_batch(groups, self.version, cfg.normalize_adv_std)
         rows = build_rows(episodes, advantages, images=self.image_processor is not None)
         batches = micro_batches(rows, cfg.micro_batch_tokens, self.tokenizer.pad_token_id)
         visions = [self._vision(mb) for mb in batches]  # pixels once, for every epoch
@@ -227,46 +271,6 @@ class Trainer:
                 loss.backward()
             total, tokens = total + loss.detach(), tokens + mb.sampled
         return total, tokens
-
-    def _advantages(
-        self, groups: list[list[Episode]]
-    ) -> tuple[list[Episode], list[float], dict[str, float]]:
-        episodes: list[Episode] = []
-        advantages: list[float] = []
-        rewards: list[float] = []
-        skipped = 0
-        for group in groups:
-            bad = [e.episode_id for e in group if e.status != "ok"]
-            if bad:
-                raise ValueError(f"train_step takes ok episodes only; got failed ones: {bad}")
-            r = torch.tensor([[e.reward for e in group]], dtype=torch.float32)
-            rewards.extend(r[0].tolist())
-            adv = group_advantages(r, normalize_std=self.config.normalize_adv_std)[0]
-            if not bool(adv.any()):
-                skipped += 1
-                continue
-            episodes.extend(group)
-            advantages.extend(adv.tolist())
-        versions = [t.policy_version for g in groups for e in g for t in e.turns]
-        adv_t = torch.tensor(advantages or [0.0])
-        rew_t = torch.tensor(rewards or [0.0])
-        stats = {
-            "reward_mean": float(rew_t.mean()),
-            "reward_std": float(rew_t.std()) if len(rewards) > 1 else 0.0,
-            "advantage_mean": float(adv_t.mean()),
-            "advantage_std": float(adv_t.std()) if len(advantages) > 1 else 0.0,
-            "advantage_abs_mean": float(adv_t.abs().mean()),
-            "advantage_max": float(adv_t.max()),
-            "advantage_min": float(adv_t.min()),
-            "episodes": float(len(episodes)),
-            "episodes_in": float(sum(len(g) for g in groups)),
-            "groups": float(len(groups)),
-            "skipped_groups": float(skipped),
-            "pass_rate": sum(r >= 1.0 for r in rewards) / max(1, len(rewards)),
-            # how many versions behind the weights being updated the oldest sampled token is
-            "staleness_max": float(self.version - min(versions)) if versions else 0.0,
-        }
-        return episodes, advantages, stats
 
     def _vision(self, mb: MicroBatch) -> VisionInputs | None:
         """The micro-batch's pixels, from its rows' images by the model's image processor (as

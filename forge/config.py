@@ -16,6 +16,7 @@ from forge.config_placement import PodPlacement as PodPlacement
 from forge.config_sandbox import KubernetesConfig as KubernetesConfig
 from forge.config_sandbox import SandboxConfig as SandboxConfig
 from forge.config_sandbox import Strict as _Strict
+from forge.config_verl import VerlConfig as VerlConfig
 
 
 class EngineConfig(_Strict):
@@ -161,6 +162,15 @@ class RolloutConfig(_Strict):
 
 
 class TrainerConfig(_Strict):
+    backend: Literal["torch", "verl"] = Field(
+        "torch",
+        description="torch: one process, the model whole on trainer.device. verl: veRL's FSDP "
+        "actor over trainer.verl.ranks ranks (gloo on CPUs, NCCL on GPUs), on the same batches, "
+        "weights published from its shards (actors/verl_trainer.py).",
+    )
+    verl: VerlConfig = Field(
+        default_factory=VerlConfig, description="The veRL backend's settings (backend: verl)."
+    )
     lr: float = Field(
         1e-3,
         gt=0,
@@ -377,6 +387,8 @@ class RunConfig(_Strict):
         total += self.rollout.max_pods * self.actor_options("harness_pod")["num_cpus"]
         for kind in ("scheduler", "replay_buffer") + (("trainer",) if trainer else ()):
             total += self.actor_options(kind)["num_cpus"]
+        if trainer and self.trainer.backend == "verl":  # its ranks, beside the coordinator
+            total += self.trainer.verl.ranks * self.trainer.verl.cpus_per_rank
         return int(total) + 1
 
     def actor_options(self, kind: ActorKind) -> dict[str, Any]:

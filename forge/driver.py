@@ -147,9 +147,15 @@ class Run:
             .options(**placed["replay_buffer"])
             .remote(str(self.dir), r.buffer_capacity, r.max_staleness)
         )
+        trainer_cls, trainer_options = Trainer, placed["trainer"]
+        if config.trainer.backend == "verl":  # the ranks hold the devices, not the coordinator
+            from actors.verl_trainer import VerlTrainer
+
+            trainer_cls = VerlTrainer
+            trainer_options = {**trainer_options, "num_cpus": 0.1, "num_gpus": 0}
         self.trainer = (
-            ray.remote(Trainer)
-            .options(**placed["trainer"])
+            ray.remote(trainer_cls)
+            .options(**trainer_options)
             .remote(
                 config.trainer.model_dump(),
                 model=config.policy.engine.model,

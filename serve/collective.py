@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime
 import socket
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,6 +132,15 @@ class Broadcaster(_Member):
 
     def send(self, message: dict[str, Any], state_dict: dict[str, torch.Tensor]) -> int:
         """Broadcast ``state_dict`` (named as in ``message["tensors"]``); returns bytes sent."""
+        metas = [TensorMeta(*m) for m in message["tensors"]]
+        return self.send_stream(message, ((m.name, state_dict[m.name]) for m in metas))
+
+    def send_stream(
+        self, message: dict[str, Any], tensors: Iterator[tuple[str, torch.Tensor]]
+    ) -> int:
+        """Broadcast tensors as they come (in the order of ``message["tensors"]``), each copied
+        into its bucket and let go: a source that makes them one at a time (gathered from
+        shards) never holds more than one bucket. Returns the bytes sent."""
         group = self.join(message, 0)
         metas = [TensorMeta(*m) for m in message["tensors"]]
         device = device_for(message["backend"])
@@ -140,7 +150,10 @@ class Broadcaster(_Member):
             offset = 0
             for i in bucket:
                 m = metas[i]
-                t = state_dict[m.name].detach().contiguous().view(-1).view(torch.uint8)
+                name, tensor = next(tensors)
+                if name != m.name:
+                    raise ValueError(f"weights out of order: got {name}, expected {m.name}")
+                t = tensor.detach().contiguous().view(-1).view(torch.uint8)
                 flat[offset : offset + m.nbytes].copy_(t)
                 offset += _aligned(m.nbytes)
             group.broadcast(flat, 0).wait()
