@@ -176,8 +176,10 @@ class VerlRank:
         t = self.config
         batch = dict(batch)
         engine_lp = batch["old_log_probs"]
-        before = self.logprobs(batch, global_rows)
-        if t.rollout_correction == "tis":
+        before = None
+        if t.verl.logprob_gap or t.rollout_correction == "tis":
+            before = self.logprobs(batch, global_rows)
+        if before is not None and t.rollout_correction == "tis":
             batch["old_log_probs"] = before
             ratio = torch.exp(before - engine_lp).clamp(max=t.tis_cap)
             batch["rollout_is_weights"] = ratio * batch["response_mask"]

@@ -92,7 +92,8 @@ class VerlTrainer:
             )
             gap = GapStats(torch.device("cpu"))
             for res in results:
-                gap.add(res["before"], res["engine"], res["mask"].bool())
+                if res["before"] is not None:
+                    gap.add(res["before"], res["engine"], res["mask"].bool())
             losses = [sum(r["loss"][e] for r in results) / v.ranks for e in range(cfg.ppo_epochs)]
             norms = results[0]["grad_norm"]
             finite = [
@@ -105,7 +106,8 @@ class VerlTrainer:
             for key, name in _METRICS.items():
                 vals = [r["metrics"][key] for r in results if key in r["metrics"]]
                 out[name] = sum(vals) / len(vals) if vals else 0.0
-            out.update(gap.metrics())
+            if gap.tokens:  # measured (trainer.verl.logprob_gap)
+                out.update(gap.metrics())
             out["tokens_sampled"] = float(sum(r.sampled for r in rows))
             out["tokens_total"] = float(sum(r.length for r in rows))
             out["micro_batches"] = float(len(batches[0]["input_ids"]) // v.micro_batch_size)

@@ -54,6 +54,12 @@ class VerlConfig(Strict):
         description="Remove padding: rows packed into one sequence per micro-batch (veRL's "
         "use_remove_padding; position ids restart per row).",
     )
+    logprob_gap: bool = Field(
+        True,
+        description="Recompute the batch's log-probabilities before the update to report the "
+        "engine-vs-trainer gap (logprob_abs_diff_*, logprob_kl): one more forward pass per "
+        "step (rollout_correction: tis needs it anyway).",
+    )
     loss_mode: Literal["vanilla", "gspo", "cispo", "gpg", "clip_cov", "kl_cov", "geo_mean"] = Field(
         "vanilla",
         description="veRL's policy loss (vanilla: the clipped PPO/GRPO surrogate with dual clip, "

@@ -9,7 +9,14 @@ ABBA order (trainer, plain, plain, trainer, ...) so drift hits both alike; media
 over the repetitions. CPU timings on a shared machine drift by 10-20% between identical steps:
 use several repetitions.
 
+With ``--verl-ranks N`` the veRL backend (``trainer.backend: verl``: veRL's FSDP2 actor on N
+ranks, Ray actors on a local cluster; gloo on CPUs, one GPU per rank on GPUs) trains on the same
+batch in the same rotation, and both backends' weight publication is timed: the full weights
+gathered for the object store (``get_weights``) and a collective broadcast into one receiver
+(gloo, or ``--collective-backend nccl`` where the receiver has a GPU of its own).
+
     .venv/bin/python scripts/bench/trainer_throughput.py [--reps 5] [--groups 4] [--n 4]
+    .venv/bin/python scripts/bench/trainer_throughput.py --verl-ranks 2 --reps 4
 """
 
 from __future__ import annotations
@@ -109,6 +116,71 @@ class PlainLoop:
         return time.perf_counter() - t0
 
 
+def start_verl(args: argparse.Namespace, cfg: TrainerConfig):
+    """The verl backend on a local Ray cluster (its ranks are Ray actors)."""
+    import forge  # noqa: F401  (a loopback-only local cluster)
+    from actors.verl_trainer import VerlTrainer
+    from forge.cluster import init_ray
+
+    gpus = torch.cuda.device_count() if args.device.startswith("cuda") else 0
+    gpus = gpus - 1 if gpus > 1 else gpus  # the last one is this process's (see main)
+    init_ray(num_cpus=max(4, args.verl_ranks + 2), num_gpus=gpus, include_dashboard=False)
+    verl = cfg.verl.model_copy(
+        update={"ranks": args.verl_ranks, "logprob_gap": not args.no_logprob_gap}
+    )
+    t0 = time.perf_counter()
+    trainer = VerlTrainer(cfg.model_copy(update={"backend": "verl", "verl": verl}), args.model)
+    print(f"verl backend: {args.verl_ranks} ranks up in {time.perf_counter() - t0:.1f}s")
+    return trainer
+
+
+def publish(args: argparse.Namespace, torch_trainer: Trainer, verl) -> dict[str, float]:
+    """Seconds to publish the weights, each backend: the full weights gathered (what the
+    object store gets), and a collective broadcast into one receiver actor (median of three
+    after the one that forms the group)."""
+    import ray
+
+    from serve.collective import Receiver
+
+    class Replica:
+        def __init__(self) -> None:
+            self.receiver = Receiver()
+
+        def receive(self, message):
+            return len(self.receiver.receive(message, 1))
+
+    gpu = 1 if args.collective_backend == "nccl" else 0
+    out = {}
+    for name, source in (("torch", torch_trainer), ("verl", verl)):
+        t0 = time.perf_counter()
+        weights = source.get_weights()
+        out[f"{name}_gather_s"] = time.perf_counter() - t0
+        replica = ray.remote(Replica).options(num_cpus=0.5, num_gpus=gpu).remote()
+        message = {  # one group for every publish, as the driver keeps it
+            **source.collective_endpoint(),
+            "world_size": 2,
+            "backend": args.collective_backend,
+            "bucket_bytes": 256 << 20,
+            "timeout_s": 120.0,
+        }
+        times = []
+        for _ in range(4):
+            t0 = time.perf_counter()
+            receiving = replica.receive.remote(message)
+            sent = source.broadcast_weights(message)
+            ray.get(receiving)
+            times.append(time.perf_counter() - t0)
+        out[f"{name}_broadcast_s"] = statistics.median(times[1:])  # the first also joins
+        mib = sum(t.numel() * t.element_size() for t in weights.values()) / 2**20
+        print(
+            f"publish {name}: gather {out[f'{name}_gather_s']:.3f} s, broadcast "
+            f"({args.collective_backend}) {out[f'{name}_broadcast_s']:.3f} s for "
+            f"{mib:.0f} MiB ({sent / 2**20:.0f} MiB sent)"
+        )
+        ray.kill(replica)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="tiny")
@@ -119,10 +191,22 @@ def main() -> None:
     ap.add_argument("--sampled", type=int, default=200, help="mean sampled tokens per episode")
     ap.add_argument("--micro-batch-tokens", type=int, default=16384)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--verl-ranks", type=int, default=0, help="also the verl backend")
+    ap.add_argument("--collective-backend", default="gloo", choices=["gloo", "nccl"])
+    ap.add_argument(
+        "--no-logprob-gap", action="store_true", help="verl: skip the pre-update forward pass"
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON line at the end")
     args = ap.parse_args()
 
+    gpus = torch.cuda.device_count() if args.device.startswith("cuda") else 0
+    if args.verl_ranks and gpus > 1:  # this process's trainers on the last GPU, Ray's the rest
+        args.device = f"cuda:{gpus - 1}"
     cfg = TrainerConfig(micro_batch_tokens=args.micro_batch_tokens, device=args.device)
+    if args.device.startswith("cuda"):
+        cfg = cfg.model_copy(
+            update={"verl": cfg.verl.model_copy(update={"param_dtype": "bfloat16"})}
+        )
     trainer = Trainer(cfg, model=args.model, seed=0)
     groups = make_groups(args, trainer.model, len(trainer.tokenizer))
     plain = PlainLoop(cfg, args.model, 0, groups)
@@ -133,20 +217,26 @@ def main() -> None:
         f" model {args.model}, torch threads {torch.get_num_threads()}"
     )
 
-    trainer.train_step(groups)  # warm-up both
+    verl = start_verl(args, cfg) if args.verl_ranks else None
+    trainer.train_step(groups)  # warm-up every side
     plain.step()
-    t_tr, t_pl = [], []
+    if verl is not None:
+        verl.train_step(groups)
+    t_tr, t_pl, t_vl = [], [], []
     for rep in range(args.reps):
-        if rep % 2:  # ABBA order: neither side always runs right after the other
+        if rep % 2:  # ABBA order: no side always runs right after another
             t_pl.append(plain.step())
         m = trainer.train_step(groups)
         t_tr.append(m["step_time_s"])
+        if verl is not None:
+            t_vl.append(verl.train_step(groups)["step_time_s"])
         if not rep % 2:
             t_pl.append(plain.step())
+        shown = f"  verl {tokens / t_vl[-1]:8.0f} tok/s ({t_vl[-1]:.3f} s)" if t_vl else ""
         print(
             f"rep {rep}: trainer {tokens / t_tr[-1]:8.0f} tok/s ({t_tr[-1]:.3f} s, "
             f"{int(m['micro_batches'])} micro-batches)  plain {tokens / t_pl[-1]:8.0f} tok/s "
-            f"({t_pl[-1]:.3f} s)"
+            f"({t_pl[-1]:.3f} s){shown}"
         )
     tr = tokens / statistics.median(t_tr)
     pl = tokens / statistics.median(t_pl)
@@ -156,13 +246,21 @@ def main() -> None:
         f"best:   trainer {best_tr:.0f} tok/s, plain loop {best_pl:.0f} tok/s, "
         f"ratio {best_tr / best_pl:.2f}"
     )
+    out = {
+        "trainer_tok_s": tr,
+        "plain_tok_s": pl,
+        "ratio": tr / pl,
+        "best_ratio": best_tr / best_pl,
+    }
+    if verl is not None:
+        vl = tokens / statistics.median(t_vl)
+        print(
+            f"median: verl backend ({args.verl_ranks} ranks) {vl:.0f} tok/s, torch backend "
+            f"{tr:.0f} tok/s, ratio verl/torch {vl / tr:.2f}"
+        )
+        out.update(verl_tok_s=vl, verl_over_torch=vl / tr)
+        out.update(publish(args, trainer, verl))
     if args.json:
-        out = {
-            "trainer_tok_s": tr,
-            "plain_tok_s": pl,
-            "ratio": tr / pl,
-            "best_ratio": best_tr / best_pl,
-        }
         print(json.dumps(out))
 
 

@@ -10,6 +10,10 @@
 #                  the machine has three GPUs (trainer and both Policies each on their own: NCCL
 #                  refuses two ranks on one device), else gloo through host memory (said in the
 #                  output).
+#   trainer-verl.txt  the verl trainer backend (veRL's FSDP2 actor, one rank per GPU, bf16) on a
+#                  random-init Qwen2.5-0.5B-shaped model against the torch backend on the same
+#                  batch: tokens/s side by side, and each backend's weight publication (gather,
+#                  and broadcast into one receiver: NCCL when a GPU is left for it, else gloo).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/forge-device}
@@ -29,3 +33,14 @@ for model in qwen2-0.5b-random qwen2-1.5b-random; do
     > "$OUT/engines-$model.txt" 2>&1
   grep -v "INFO\|WARNING\|pid=" "$OUT/engines-$model.txt" | tail -10
 done
+# the verl backend: one FSDP rank per GPU Ray holds (all but the last, which the torch backend
+# uses, on a machine of several); the broadcast's receiver needs a GPU of its own for NCCL
+ranks=1
+trainer_backend=gloo
+if [ "$gpus" -ge 3 ]; then ranks=$((gpus - 2)); trainer_backend=nccl; fi
+timeout 420 .venv/bin/python scripts/bench/trainer_throughput.py --model qwen2-0.5b-random \
+  --device cuda --verl-ranks "$ranks" --reps 3 --prompt 1000 --sampled 200 \
+  --collective-backend "$trainer_backend" --json > "$OUT/trainer-verl.txt" 2>&1
+grep "^median\|^publish\|^verl\|^{" "$OUT/trainer-verl.txt" | tail -8
+.venv/bin/python -m pytest -q -m gpu tests/actors/test_verl_trainer.py >> "$OUT/tests.log" 2>&1
+tail -2 "$OUT/tests.log"

@@ -132,3 +132,17 @@ def test_what_the_verl_backend_does_not_do_is_refused():
     with pytest.raises(ValueError, match=r"trainer\.kl_coef"):
         VerlTrainer({**VERL, "kl_coef": 0.1})
     assert TrainerConfig.model_validate(VERL).verl.ranks == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (scripts/device)")
+def test_same_gradient_norm_on_a_gpu_with_nccl(ray_cluster, groups):
+    from actors.verl_trainer import VerlTrainer
+
+    ours = Trainer({**CONFIG, "device": "cuda"}).train_step(groups)
+    trainer = VerlTrainer({**VERL, "device": "cuda", "verl": {"ranks": 1, "micro_batch_size": 2}})
+    try:
+        theirs = trainer.train_step(groups)
+    finally:
+        trainer.close()
+    assert math.isclose(theirs["grad_norm"], ours["grad_norm"], rel_tol=1e-3)
