@@ -33,6 +33,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,27 @@ def grpo_batch(
         "staleness_max": float(version - min(versions)) if versions else 0.0,
     }
     return episodes, advantages, stats
+
+
+def write_checkpoint(
+    path: str | os.PathLike[str], fill: Callable[[Path], None], state: dict[str, Any]
+) -> str:
+    """A checkpoint folder made whole or not at all: ``fill`` writes its files into a temporary
+    folder beside ``path``, then ``trainer_state.json`` (``state``), then it takes ``path``'s
+    place (an older one there is removed after)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    fill(tmp)
+    (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2))
+    old = target.with_name(f".{target.name}.old{os.getpid()}")
+    if target.exists():
+        target.replace(old)
+    tmp.replace(target)
+    shutil.rmtree(old, ignore_errors=True)
+    return str(target)
 
 
 class Trainer:
@@ -398,16 +420,15 @@ class Trainer:
 
     def save_checkpoint(self, path: str | os.PathLike[str]) -> str:
         """Write a Hugging Face checkpoint plus optimizer, trainer and RNG state, atomically."""
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        self.model.save_pretrained(tmp)
-        self.tokenizer.save_pretrained(tmp)
-        if self.image_processor is not None:  # a VLM checkpoint loads back with its processor
-            self.image_processor.save_pretrained(tmp)
-        torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
-        torch.save(rng_state(), tmp / "rng_state.pt")
+
+        def fill(tmp: Path) -> None:
+            self.model.save_pretrained(tmp)
+            self.tokenizer.save_pretrained(tmp)
+            if self.image_processor is not None:  # a VLM checkpoint loads with its processor
+                self.image_processor.save_pretrained(tmp)
+            torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
+            torch.save(rng_state(), tmp / "rng_state.pt")
+
         state = {
             "step": self.step,
             "version": self.version,
@@ -416,13 +437,7 @@ class Trainer:
             "nonfinite_skipped": self.nonfinite_skipped,
             "config": self.config.model_dump(mode="json"),
         }
-        (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2))
-        old = target.with_name(f".{target.name}.old{os.getpid()}")
-        if target.exists():
-            target.replace(old)
-        tmp.replace(target)
-        shutil.rmtree(old, ignore_errors=True)
-        return str(target)
+        return write_checkpoint(path, fill, state)
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
         """Restore model weights, optimizer state, step, version and the RNG states (torch CPU

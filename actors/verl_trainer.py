@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ import ray
 import torch
 
 from actors.replay_buffer import unbox
-from actors.trainer import grpo_batch
+from actors.trainer import grpo_batch, write_checkpoint
 from actors.verl_rank import VerlRank, model_dir
 from forge.batching import build_rows
 from forge.config import TrainerConfig
@@ -160,16 +159,14 @@ class VerlTrainer:
     def save_checkpoint(self, path: str | os.PathLike[str]) -> str:
         """Hugging Face weights, the sharded state under ``verl/`` and the trainer's state,
         written to a temporary folder and moved into place."""
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        ray.get([r.save.remote(str(tmp / "verl")) for r in self.ranks])
-        model, _ = load_model(str(self.path))
-        model.load_state_dict(self.get_weights())
-        model.save_pretrained(tmp)
-        self.tokenizer.save_pretrained(tmp)
+
+        def fill(tmp: Path) -> None:
+            ray.get([r.save.remote(str(tmp / "verl")) for r in self.ranks])
+            model, _ = load_model(str(self.path))
+            model.load_state_dict(self.get_weights())
+            model.save_pretrained(tmp)
+            self.tokenizer.save_pretrained(tmp)
+
         state = {
             "step": self.step,
             "version": self.version,
@@ -180,13 +177,7 @@ class VerlTrainer:
             "nonfinite_skipped": self.nonfinite_skipped,
             "config": self.config.model_dump(mode="json"),
         }
-        (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2))
-        old = target.with_name(f".{target.name}.old{os.getpid()}")
-        if target.exists():
-            target.replace(old)
-        tmp.replace(target)
-        shutil.rmtree(old, ignore_errors=True)
-        return str(target)
+        return write_checkpoint(path, fill, state)
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
         """Restore the shards and optimizer (a torch-backend checkpoint: its weights, with a
