@@ -181,6 +181,8 @@ def _deleted_by(c: Cluster, pod: str) -> str:
     return "a full pass over the run's pods (the run's end or start)"
 
 
+@pytest.mark.full  # ~45 s: -m full; the same kill in docker (test_docker_leaks.py) and the
+# Kubernetes reconciler's own chaos (test_reconcile.py) are in CI
 def test_kube_pod_killed_mid_episode_leaves_no_pod(tmp_path: Path, cluster: Cluster) -> None:
     name = "kube-pod-killed"
     t0 = time.monotonic()

@@ -58,9 +58,14 @@ def test_async_mode_never_trains_on_samples_older_than_the_bound(tmp_path: Path)
 def test_collective_weight_sync_carries_every_trainer_step(tmp_path: Path) -> None:
     """``weight_sync.strategy=collective``: the trainer broadcasts to both replicas (gloo on a
     CPU) each step; every step samples with the weights the step before published, and so do
-    the evaluations (before the first step and after the third)."""
+    the evaluations (before the first step and after the third). The trainer is the veRL
+    backend (2 FSDP ranks, its rank 0 streaming the weights from the shards) where veRL is
+    installed, as the set-up does; the torch Trainer's broadcast is tested in
+    tests/serve/test_weight_sync.py."""
+    backend = "torch" if _verl_missing() else "verl"
     args = [
         "run",
+        f"trainer.backend={backend}",
         str(ROOT / "examples" / "quickstart.yaml"),
         f"runs_dir={tmp_path}",
         f"tasks={letters_suite(tmp_path, max_tokens=16)}",
@@ -91,3 +96,11 @@ def test_collective_weight_sync_carries_every_trainer_step(tmp_path: Path) -> No
     episodes = [json.loads(x) for x in (run_dir / "episodes" / "episodes.jsonl").open()]
     versions = [max(t["policy_version"] for t in e["turns"]) for e in episodes]
     assert versions == [0] * 8 + [1] * 8 + [2] * 8
+
+
+def _verl_missing() -> str:
+    try:
+        from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead  # noqa: F401
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+    return ""

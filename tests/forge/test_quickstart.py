@@ -80,6 +80,9 @@ def _verl_missing() -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.full  # ~100 s; in CI the veRL backend trains through the real driver in
+# tests/forge/test_driver.py (collective sync) and matches the torch backend in
+# tests/actors/test_verl_trainer.py
 @pytest.mark.timeout(900)
 @pytest.mark.skipif(bool(_verl_missing()), reason=_verl_missing())
 def test_quickstart_learns_with_the_verl_backend(tmp_path: Path) -> None:

@@ -110,7 +110,8 @@ echo cheat > /etc/cheat
 echo 41 > /app/answer.txt
 """
 TEST = """#!/bin/bash
-if [ "$(cat /app/answer.txt)" = 42 ] && [ ! -e /etc/cheat ]; then r=1; else r=0; fi
+ok() { [ "$(cat /app/answer.txt)" = 42 ] && [ ! -e /etc/cheat ] && [ ! -e /app/sales.csv ]; }
+if ok; then r=1; else r=0; fi
 echo "$r" > /logs/verifier/reward.txt
 """
 
@@ -118,7 +119,7 @@ echo "$r" > /logs/verifier/reward.txt
 def test_an_agent_cannot_forge_the_reward_or_the_tests(ray_cluster, pods, tmp_path: Path):
     task = tmp_path / "answer"
     shutil.copytree(EXAMPLES / "csv-total", task)
-    (task / "instruction.md").write_text("Write 42 to /app/answer.txt.\n")
+    (task / "instruction.md").write_text("Write 42 to /app/answer.txt; delete sales.csv.\n")
     (task / "solution" / "solve.sh").write_text(CHEAT)
     (task / "tests" / "test.sh").write_text(TEST)
     (task / "tests" / "test.sh").chmod(0o755)
@@ -126,6 +127,7 @@ def test_an_agent_cannot_forge_the_reward_or_the_tests(ray_cluster, pods, tmp_pa
     ep = ray_cluster.get(pods["oracle"].run_episode.remote(loaded.model_dump(), "react"))
     assert (ep.status, ep.reward) == ("ok", 0.0), ep.verifier_detail
     assert ep.verifier_detail == "test.sh exited 0: reward.txt 0"
-    honest = loaded.model_copy(update={"solution": ["echo 42 > /app/answer.txt"]})
+    # what the agent deleted in its workdir stays deleted for the tests (the image has it)
+    honest = loaded.model_copy(update={"solution": ["echo 42 > answer.txt && rm sales.csv"]})
     ep = ray_cluster.get(pods["oracle"].run_episode.remote(honest.model_dump(), "react"))
     assert (ep.status, ep.reward) == ("ok", 1.0), ep.verifier_detail
