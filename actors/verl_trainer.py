@@ -125,17 +125,6 @@ class VerlTrainer:
         out["tokens_per_s"] = out.get("tokens_total", 0.0) / max(out["step_time_s"], 1e-9)
         return out
 
-    def episode_logprobs_rows(self, groups: list[list[Episode]]) -> list[torch.Tensor]:
-        """Each rank's response log-probabilities of a batch under the current weights (for
-        checks against the torch backend)."""
-        episodes, advantages, _ = grpo_batch(groups, self.version, True)
-        rows = build_rows(episodes, advantages)
-        v = self.config.verl
-        batches, _ = shard(rows, v.ranks, v.micro_batch_size, self.tokenizer.pad_token_id, True)
-        return ray.get(
-            [r.logprobs.remote(b, len(rows)) for r, b in zip(self.ranks, batches, strict=True)]
-        )
-
     # ---- weights and checkpoints ----------------------------------------------------------
 
     def get_weights(self) -> dict[str, torch.Tensor]:

@@ -111,15 +111,3 @@ def shard(
         split += [_pad_row(pad_id)] * (per_rank - len(split))
         batches.append(collate(split, pad_id))
     return batches, owned
-
-
-def unshard(values: Sequence[Tensor], owned: Sequence[Sequence[int]], rows: int) -> list[Tensor]:
-    """Per-row results of each rank (its rows first, padding after) back in ``rows`` order."""
-    out: list[Tensor | None] = [None] * rows
-    for rank_values, idx in zip(values, owned, strict=True):
-        for j, i in enumerate(idx):
-            out[i] = rank_values[j]
-    missing = [i for i, v in enumerate(out) if v is None]
-    if missing:
-        raise ValueError(f"rows {missing[:5]} came back from no rank")
-    return out  # type: ignore[return-value]
