@@ -30,19 +30,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from tasks.dockerfile import DockerfileError, final_workdir
+from tasks.errors import TaskError, validation_problems
 from tasks.schema import Task
 
 PREFIX = "harbor:"
 CONFIG = "task.toml"
 _CANARY = re.compile(r"^(<!--.*canary.*-->|#.*canary.*)$", re.IGNORECASE)
-
-
-class HarborError(ValueError):
-    """A Harbor task that cannot be loaded: ``problems`` holds ``(file, field, message)``."""
-
-    def __init__(self, problems: list[tuple[str, str, str]]) -> None:
-        self.problems = problems
-        super().__init__("\n".join(": ".join(p for p in x if p) for x in problems))
 
 
 def is_harbor(name: str) -> bool:
@@ -54,10 +47,10 @@ def task_dirs(root: Path) -> list[Path]:
     if (root / CONFIG).is_file():
         return [root]
     if not root.is_dir():
-        raise HarborError([(str(root), "", "no such folder")])
+        raise TaskError([(str(root), "", "no such folder")])
     found = sorted(p for p in root.iterdir() if (p / CONFIG).is_file())
     if not found:
-        raise HarborError([(str(root), "", f"no Harbor tasks (folders with {CONFIG}) here")])
+        raise TaskError([(str(root), "", f"no Harbor tasks (folders with {CONFIG}) here")])
     return found
 
 
@@ -81,7 +74,7 @@ def _task_config(path: Path) -> Any:
     try:
         from harbor.models.task.config import TaskConfig
     except ImportError as e:
-        raise HarborError(
+        raise TaskError(
             [
                 (
                     str(path),
@@ -94,11 +87,9 @@ def _task_config(path: Path) -> Any:
     try:
         return TaskConfig.model_validate_toml(path.read_text(encoding="utf-8"))
     except ValidationError as e:
-        first = e.errors()[0]
-        field = ".".join(str(p) for p in first["loc"])
-        raise HarborError([(str(path), field, first["msg"])]) from None
+        raise TaskError([(str(path), f, m) for f, m in validation_problems(e, "")]) from None
     except Exception as e:  # TOML syntax
-        raise HarborError([(str(path), "", f"cannot read: {e}")]) from None
+        raise TaskError([(str(path), "", f"cannot read: {e}")]) from None
 
 
 def _plain(info: tarfile.TarInfo) -> tarfile.TarInfo:
@@ -129,7 +120,7 @@ def solution_step(folder: Path, env: dict[str, str]) -> str:
 
 
 def load_task(folder: Path) -> Task:
-    """One Harbor task folder as a Task; HarborError naming the file and field at fault."""
+    """One Harbor task folder as a Task; TaskError naming the file and field at fault."""
     folder = folder.resolve()
     config = _task_config(folder / CONFIG)
     problems: list[tuple[str, str, str]] = []
@@ -152,13 +143,13 @@ def load_task(folder: Path) -> Task:
         if not path.is_file():
             problems.append((str(folder), rel, "missing"))
     if problems:
-        raise HarborError(problems)
+        raise TaskError(problems)
     workdir = env_cfg.workdir
     if not workdir and dockerfile.is_file():
         try:
             workdir = final_workdir(dockerfile.read_text(encoding="utf-8"))
         except DockerfileError as e:
-            raise HarborError([(str(dockerfile), "WORKDIR", str(e))]) from None
+            raise TaskError([(str(dockerfile), "WORKDIR", str(e))]) from None
     environment: dict[str, Any] = {
         "context": str(folder / "environment"),
         "workdir": workdir or "/app",
@@ -190,9 +181,7 @@ def load_task(folder: Path) -> Task:
     try:
         task = Task.model_validate(data)
     except ValidationError as e:
-        first = e.errors()[0]
-        field = ".".join(str(p) for p in first["loc"])
-        raise HarborError([(str(folder), field, first["msg"])]) from None
+        raise TaskError([(str(folder), f, m) for f, m in validation_problems(e, "")]) from None
     task._source = str(folder)
     return task
 
@@ -206,7 +195,7 @@ def load(name: str) -> list[Task]:
     for folder in task_dirs(root):
         try:
             task = load_task(folder)
-        except HarborError as e:
+        except TaskError as e:
             problems.extend(e.problems)
             continue
         if task.id in owner:
@@ -217,5 +206,5 @@ def load(name: str) -> list[Task]:
         owner[task.id] = folder
         tasks.append(task)
     if problems:
-        raise HarborError(problems)
+        raise TaskError(problems)
     return tasks

@@ -18,48 +18,13 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from rewards.common import SpecError, join_field
+from rewards.common import join_field
 from tasks import claw_gen, harbor
+from tasks.errors import TaskError, validation_problems
 from tasks.schema import Task
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 TASK_SUFFIXES = (".yaml", ".yml", ".json")
-
-
-class TaskError(ValueError):
-    """A task file that cannot be loaded. ``problems`` holds ``(file, field, message)``."""
-
-    def __init__(self, problems: list[tuple[str, str, str]]) -> None:
-        self.problems = problems
-        lines = [": ".join(p for p in (file, field, msg) if p) for file, field, msg in problems]
-        super().__init__("\n".join(lines))
-
-
-def _loc_part(part: int | str) -> str:
-    if isinstance(part, int):
-        return f"[{part}]"
-    return part if part.isidentifier() else f"[{part!r}]"
-
-
-def _validation_problems(err: ValidationError, prefix: str) -> list[tuple[str, str]]:
-    """Turn pydantic's errors into ``(field, message)`` pairs under ``prefix``."""
-    out: list[tuple[str, str]] = []
-    for e in err.errors():
-        field = prefix
-        for part in e["loc"]:
-            field = join_field(field, _loc_part(part))
-        cause = (e.get("ctx") or {}).get("error")
-        if isinstance(cause, SpecError):
-            out.extend((join_field(field, f), m) for f, m in cause.errors)
-            continue
-        if e["type"] == "extra_forbidden":
-            msg = "unknown field"
-        elif e["type"] == "missing":
-            msg = "required field is missing"
-        else:
-            msg = e["msg"].removeprefix("Value error, ")
-        out.append((field, msg))
-    return out
 
 
 def _parse(path: Path) -> Any:
@@ -107,7 +72,7 @@ def load_task_file(path: str | PathLike[str]) -> list[Task]:
         try:
             task = Task.model_validate(item)
         except ValidationError as e:
-            problems.extend((name, f, m) for f, m in _validation_problems(e, where))
+            problems.extend((name, f, m) for f, m in validation_problems(e, where))
             continue
         if task.id in seen:
             problems.append(
@@ -155,10 +120,7 @@ def load_suite(name_or_path: str | PathLike[str]) -> list[Task]:
     ``harbor:PATH`` reads Harbor-format task folders (:mod:`tasks.harbor`)."""
     text = str(name_or_path)
     if harbor.is_harbor(text):
-        try:
-            return harbor.load(text)
-        except harbor.HarborError as e:
-            raise TaskError(e.problems) from None
+        return harbor.load(text)
     if claw_gen.is_generated(text) and not Path(text).exists():
         try:
             return claw_gen.load(text)

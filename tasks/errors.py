@@ -1,0 +1,44 @@
+"""The error every task loader raises (:mod:`tasks.loader`, :mod:`tasks.harbor`): each problem
+names the file and the field at fault."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+from rewards.common import SpecError, join_field
+
+
+class TaskError(ValueError):
+    """A task file that cannot be loaded. ``problems`` holds ``(file, field, message)``."""
+
+    def __init__(self, problems: list[tuple[str, str, str]]) -> None:
+        self.problems = problems
+        lines = [": ".join(p for p in (file, field, msg) if p) for file, field, msg in problems]
+        super().__init__("\n".join(lines))
+
+
+def _loc_part(part: int | str) -> str:
+    if isinstance(part, int):
+        return f"[{part}]"
+    return part if part.isidentifier() else f"[{part!r}]"
+
+
+def validation_problems(err: ValidationError, prefix: str) -> list[tuple[str, str]]:
+    """Turn pydantic's errors into ``(field, message)`` pairs under ``prefix``."""
+    out: list[tuple[str, str]] = []
+    for e in err.errors():
+        field = prefix
+        for part in e["loc"]:
+            field = join_field(field, _loc_part(part))
+        cause = (e.get("ctx") or {}).get("error")
+        if isinstance(cause, SpecError):
+            out.extend((join_field(field, f), m) for f, m in cause.errors)
+            continue
+        if e["type"] == "extra_forbidden":
+            msg = "unknown field"
+        elif e["type"] == "missing":
+            msg = "required field is missing"
+        else:
+            msg = e["msg"].removeprefix("Value error, ")
+        out.append((field, msg))
+    return out
