@@ -105,13 +105,20 @@ def rootfs_tag(gui: bool = False) -> str:
 _GUI_APT = "apt-get install -y --no-install-recommends"  # part of the gui rootfs's digest
 
 
+def agent_layer(folder: str = "") -> tuple[str, dict[str, str | bytes]]:
+    """What puts the sandbox agent and the fixed layout into an image: the Dockerfile lines and
+    the build-context entries they copy (under ``folder/`` in the context, when given)."""
+    at = f"{folder}/" if folder else ""
+    lines = f"COPY {at}layout/ /\nCOPY {at}agent/ {AGENT_DIR}/\n"
+    context: dict[str, str | bytes] = {f"{at}layout/{d}/": "" for d in LAYOUT}
+    context.update({f"{at}agent/{rel}": data for rel, data in _agent_tree().items()})
+    return lines, context
+
+
 def _base_dockerfile(rootfs: str, gui: bool = False) -> str:
     env = " ".join(f"{k}={v}" for k, v in ENV.items())
     return (
-        f"FROM {rootfs}\n"
-        "COPY layout/ /\n"
-        f"COPY agent/ {AGENT_DIR}/\n"
-        f"ENV {env}\n"
+        f"FROM {rootfs}\n" + agent_layer()[0] + f"ENV {env}\n"
         "WORKDIR /workspace\n"
         f'LABEL openforge.image="{"gui" if gui else "base"}" openforge.rootfs="{rootfs}"\n'
     )
@@ -377,8 +384,7 @@ def build_base(
         client.api.import_image_from_file(str(tar), repository=repo, tag=version)
         progress(f"{what}: imported {rootfs} in {time.monotonic() - t0:.1f}s")
     context: dict[str, str | bytes] = {"Dockerfile": _base_dockerfile(rootfs, gui).encode()}
-    context.update({f"layout/{d}/": "" for d in LAYOUT})
-    context.update({f"agent/{rel}": data for rel, data in _agent_tree().items()})
+    context.update(agent_layer()[1])
     build_context(client, tag, context, progress, alias=f"{REPO}/{what}:latest")
     return tag
 

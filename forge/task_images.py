@@ -63,9 +63,7 @@ def resolver(client: Any, aliases: dict[str, str], where: str) -> Any:
 def _tail(env: dict[str, Any]) -> str:
     """What is laid on top of the task's own Dockerfile."""
     return (
-        f"COPY {EXTRA}/layout/ /\n"
-        f"COPY {EXTRA}/agent/ {images.AGENT_DIR}/\n"
-        "USER root\n"
+        images.agent_layer(EXTRA)[0] + "USER root\n"
         f"WORKDIR {env['workdir']}\n"
         "ENTRYPOINT []\n"
         "CMD []\n"
@@ -137,8 +135,7 @@ def ensure(
             str(p.relative_to(folder)): str(p) for p in _context_files(folder)
         }
         context["Dockerfile"] = dockerfile.encode()  # what is built, whatever its name was
-        context.update({f"{EXTRA}/layout/{d}/": "" for d in images.LAYOUT})
-        context.update({f"{EXTRA}/agent/{r}": b for r, b in images._agent_tree().items()})
+        context.update(images.agent_layer(EXTRA)[1])
         t0 = time.monotonic()
         try:
             images.build_context(
