@@ -15,18 +15,12 @@ import torch
 from actors.trainer import Trainer
 from forge.config import TrainerConfig
 from tests.actors.test_trainer import _episode
-
-try:
-    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead  # noqa: F401
-
-    VERL_ERROR = ""
-except Exception as e:  # ImportError, or a dependency failing at import
-    VERL_ERROR = f"veRL's FSDP engine is not importable ({type(e).__name__}: {e})"
+from tests.verl_engine import VERL_MISSING
 
 pytestmark = [
     pytest.mark.ray,
     pytest.mark.slow,
-    pytest.mark.skipif(bool(VERL_ERROR), reason=VERL_ERROR),
+    pytest.mark.skipif(bool(VERL_MISSING), reason=VERL_MISSING),
 ]
 CONFIG = {"lr": 1e-3, "micro_batch_tokens": 256}
 VERL = {**CONFIG, "backend": "verl", "verl": {"ranks": 2, "micro_batch_size": 2}}

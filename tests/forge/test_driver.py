@@ -10,6 +10,7 @@ import pytest
 
 from tests.chaos.runner import letters_suite
 from tests.forge.test_cli import FORGE, _env
+from tests.verl_engine import VERL_MISSING
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,7 +63,7 @@ def test_collective_weight_sync_carries_every_trainer_step(tmp_path: Path) -> No
     backend (2 FSDP ranks, its rank 0 streaming the weights from the shards) where veRL is
     installed, as the set-up does; the torch Trainer's broadcast is tested in
     tests/serve/test_weight_sync.py."""
-    backend = "torch" if _verl_missing() else "verl"
+    backend = "torch" if VERL_MISSING else "verl"
     args = [
         "run",
         f"trainer.backend={backend}",
@@ -96,11 +97,3 @@ def test_collective_weight_sync_carries_every_trainer_step(tmp_path: Path) -> No
     episodes = [json.loads(x) for x in (run_dir / "episodes" / "episodes.jsonl").open()]
     versions = [max(t["policy_version"] for t in e["turns"]) for e in episodes]
     assert versions == [0] * 8 + [1] * 8 + [2] * 8
-
-
-def _verl_missing() -> str:
-    try:
-        from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead  # noqa: F401
-    except Exception as e:
-        return f"{type(e).__name__}: {e}"
-    return ""

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.forge.test_cli import FORGE, _env, forge_serve
+from tests.verl_engine import VERL_MISSING
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,20 +72,12 @@ def test_quickstart_learns_and_its_checkpoint_serves(tmp_path: Path) -> None:
         assert text.count("7") >= len(text.strip()) // 2, text  # it learned to answer in sevens
 
 
-def _verl_missing() -> str:
-    try:
-        from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead  # noqa: F401
-    except Exception as e:
-        return f"veRL's FSDP engine is not importable ({type(e).__name__}: {e})"
-    return ""
-
-
 @pytest.mark.slow
 @pytest.mark.full  # ~100 s; in CI the veRL backend trains through the real driver in
 # tests/forge/test_driver.py (collective sync) and matches the torch backend in
 # tests/actors/test_verl_trainer.py
 @pytest.mark.timeout(900)
-@pytest.mark.skipif(bool(_verl_missing()), reason=_verl_missing())
+@pytest.mark.skipif(bool(VERL_MISSING), reason=VERL_MISSING)
 def test_quickstart_learns_with_the_verl_backend(tmp_path: Path) -> None:
     """The quickstart, shortened to 6 steps, with trainer.backend=verl: veRL's FSDP2 actor on 2
     ranks (gloo) trains, and its weights reach the Policy (the episodes' versions rise)."""
