@@ -48,7 +48,11 @@ class VerlTrainer:
         model: str = "tiny",
         seed: int = 0,
     ) -> None:
-        cfg = config if isinstance(config, TrainerConfig) else TrainerConfig.model_validate(config)
+        cfg = (
+            config
+            if isinstance(config, TrainerConfig)
+            else TrainerConfig.model_validate(config or {})
+        )
         if cfg.kl_coef > 0:
             raise ValueError("trainer.kl_coef: the verl backend has no reference model; use 0")
         self.config, self.model_name, self.seed = cfg, model, seed
