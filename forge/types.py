@@ -102,6 +102,8 @@ class SamplingParams:
     max_tokens: int = 0  # 0: the Policy's default (PolicyConfig.default_max_tokens)
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
+    # the JSON schema the reply must follow (``response_format`` and its kin), or None
+    json_schema: dict[str, Any] | None = None
 
 
 @dataclass

@@ -52,6 +52,9 @@ install_python() {
   # task.toml (`tasks: harbor:PATH`). Its wheel asks for Python >= 3.12 and pulls a cloud SDK
   # stack; the models used here need only pydantic and toml on 3.11.
   "$VPY" -m pip install -q --no-deps --ignore-requires-python harbor==0.26.0 toml==0.10.2
+  # xgrammar: structured output (`response_format`) in the torch engine, the grammar engine vLLM
+  # uses too; its triton requirement is for GPU kernels (the CPU path needs only tvm-ffi).
+  "$VPY" -m pip install -q --no-deps xgrammar==0.2.8 apache-tvm-ffi==0.1.15.post2
   echo "$want" > "$stamp"
 }
 

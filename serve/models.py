@@ -116,7 +116,7 @@ def build_tiny_vl(seed: int = 0) -> tuple[Any, Any, Any]:
             "num_hidden_layers": 2,
             "num_attention_heads": 4,
             "num_key_value_heads": 2,
-            "max_position_embeddings": 8192,
+            "max_position_embeddings": 32768,  # browser-use prompts run past 25k bytes
             "rope_parameters": {"rope_type": "default", "mrope_section": [4, 6, 6]},
             "eos_token_id": tok.eos_token_id,
             "pad_token_id": tok.pad_token_id,

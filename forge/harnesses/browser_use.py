@@ -17,8 +17,8 @@ PACKAGE = "/opt/forge/browser-use"  # the installed package folder, on PYTHONPAT
 class BrowserUseHarness:
     """Runs ``browser_use_runner.py`` with the ``browser-use`` package (``forge harness install
     browser-use``). browser-use asks for structured output (``response_format`` json_schema),
-    which the scripted oracle answers in kind (:mod:`serve.engines.scripted_browser_use`); a
-    real policy needs guided decoding for its JSON (see docs/browser_harness.md).
+    which the scripted oracle answers in kind (:mod:`serve.engines.scripted_browser_use`) and a
+    real policy's engine decodes under (:mod:`serve.engines.constrained`, vLLM's own).
 
     ``coordinate_clicking`` (default True) turns on browser-use's coordinate form of ``click``
     (``coordinate_x``, ``coordinate_y`` in viewport pixels) beside its element indices: the

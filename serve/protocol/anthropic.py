@@ -62,6 +62,7 @@ from serve.protocol.common import (
     sse_event,
 )
 from serve.protocol.images import anthropic_image
+from serve.protocol.structured import anthropic_schema
 
 if TYPE_CHECKING:
     from serve.live import LiveCompletion
@@ -117,6 +118,7 @@ def parse_request(body: dict[str, Any]) -> tuple[ChatRequest, WireOptions]:
             if not isinstance(stop, str):
                 raise invalid(at("stop_sequences", j), "expected a string")
             sampling.stop.append(stop)
+    sampling.json_schema = anthropic_schema(body)
     _check_tool_choice(body.get("tool_choice"))
     if body.get("metadata") is not None:
         expect_dict(body["metadata"], "metadata")

@@ -27,6 +27,7 @@ from serve.protocol.common import (
     text_content,
 )
 from serve.protocol.images import chat_image
+from serve.protocol.structured import chat_schema
 
 if TYPE_CHECKING:
     from serve.live import LiveCompletion
@@ -57,6 +58,7 @@ def parse_request(body: dict[str, Any]) -> tuple[ChatRequest, WireOptions]:
         sampling.top_p = top_p
     if max_tokens is not None:
         sampling.max_tokens = max_tokens
+    sampling.json_schema = chat_schema(body)
 
     stream = bool(opt_bool(body, "stream"))
     include_usage = False

@@ -44,6 +44,7 @@ from serve.protocol.common import (
     sse_event,
 )
 from serve.protocol.images import responses_image
+from serve.protocol.structured import responses_schema
 
 if TYPE_CHECKING:
     from serve.live import LiveCompletion
@@ -107,6 +108,7 @@ def parse_request(body: dict[str, Any]) -> tuple[ChatRequest, WireOptions]:
         sampling.top_p = top_p
     if max_tokens is not None:
         sampling.max_tokens = max_tokens
+    sampling.json_schema = responses_schema(body)
     for key in ("store", "parallel_tool_calls", "background"):
         opt_bool(body, key)
     if body.get("include") is not None:

@@ -62,17 +62,18 @@ TASK = Task.model_validate(
 )
 
 
-def run(ray: Any, mode: str) -> Any:
+def run(ray: Any, mode: str, engine: dict[str, Any] | None = None, **task: Any) -> Any:
     from actors.harness_pod import HarnessPod
     from forge.config import PolicyConfig
     from serve.policy import deploy_policy
 
-    config = PolicyConfig(engine={"name": "scripted", "mode": mode}, num_cpus=0.25)
+    engine = engine or {"name": "scripted", "mode": mode}
+    config = PolicyConfig(engine=engine, num_cpus=0.25, default_max_tokens=48)
     handle = deploy_policy(config, f"browser-use-{mode}")
     pod = ray.remote(HarnessPod).options(num_cpus=0.25).remote(handle, pod_id=f"bu-{mode}")
     try:
         ray.get(pod.start.remote())
-        return ray.get(pod.run_episode.remote(TASK.model_dump(), "browser-use"))
+        return ray.get(pod.run_episode.remote({**TASK.model_dump(), **task}, "browser-use"))
     finally:
         ray.get(pod.stop.remote())
 
@@ -109,3 +110,33 @@ def test_oracle_sends_the_text_through_browser_use_and_noop_does_not(ray_cluster
     assert noop.status == "ok", (noop.failure, noop.harness_log[-3000:])
     assert noop.reward == 0.0 and len(noop.turns) == 1
     assert actions(noop)[0][0]["done"]["success"] is True
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.browser
+@pytest.mark.skipif(not bwrap_works(), reason="bubblewrap cannot create namespaces here")
+@pytest.mark.skipif(
+    not PACKAGES["browser-use"].installed(), reason="forge harness install browser-use"
+)
+def test_a_sampled_policy_writes_browser_uses_json(ray_cluster) -> None:
+    """A real model sampling at temperature 1 (``tiny-vl``, random weights) through browser-use:
+    its ``response_format`` reaches the torch engine, whose grammar keeps every reply a prefix
+    of a document of browser-use's own schema (random weights never close a string within the
+    budget here, so the reply is cut at ``max_tokens``; every token of it is still legal)."""
+    from serve.engines.constrained import Constraint
+    from serve.models import build_tiny_vl
+
+    engine = {"name": "torch", "model": "tiny-vl", "max_model_len": 32768}
+    limits = {**TASK.limits.model_dump(), "max_turns": 1}
+    episode = run(ray_cluster, "sampled", engine, limits=limits)
+    assert episode.status == "ok", (episode.failure, episode.harness_log[-3000:])
+    assert episode.turns, episode.harness_log[-3000:]
+    _, tokenizer, _ = build_tiny_vl()
+    for turn in episode.turns:
+        spec = turn.request["response_format"]
+        assert spec["type"] == "json_schema" and len(turn.images) == 1
+        grammar = Constraint(tokenizer, len(tokenizer), spec["json_schema"]["schema"])
+        for token in turn.completion_ids:
+            grammar.accept(token)  # raises on the first token the schema does not allow
+        assert turn.text.startswith('{"'), turn.text[:200]

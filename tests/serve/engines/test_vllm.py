@@ -199,3 +199,47 @@ def test_a_prompt_beyond_max_model_len_is_refused_and_max_tokens_clamped(vllm_po
     assert info.value.limit == 1024 and info.value.prompt_tokens > 1100
     out = vllm_policy.generate.remote(_chat("y" * 900, max_tokens=4096, temperature=1.0)).result()
     assert len(out.prompt_ids) + len(out.completion_ids) <= 1024
+
+
+def test_structured_output_follows_the_schema(vllm_policy) -> None:
+    """``json_schema`` reaches vLLM's structured output: random weights at temperature 1 write
+    documents of the schema (compact, in its key order), where unconstrained they write noise;
+    over HTTP, ``response_format`` does the same."""
+    import httpx
+    import torch
+
+    from serve.models import load_model
+    from serve.server import BackgroundServer, make_app
+
+    schema = {
+        "type": "object",
+        "properties": {"go": {"enum": ["left", "right"]}, "n": {"type": "boolean"}},
+        "required": ["go", "n"],
+        "additionalProperties": False,
+    }
+    for seed in range(3):
+        chat = _chat(f"Which way? {seed}", max_tokens=64, temperature=1.0)
+        chat.sampling.json_schema = schema
+        out = vllm_policy.generate.remote(chat).result()
+        assert out.finish_reason == "stop", out.text
+        doc = json.loads(out.text)
+        assert list(doc) == ["go", "n"] and doc["go"] in ("left", "right"), out.text
+        assert isinstance(doc["n"], bool) and " " not in out.text
+    # vLLM masks before it computes logprobs: the recorded ones are the masked distribution's,
+    # at or above the model's own (what the torch engine records), far above in sum
+    model, _ = load_model("tiny", seed=0)
+    with torch.no_grad():
+        logits = model(torch.tensor([out.prompt_ids + out.completion_ids])).logits[0].float()
+    own = torch.log_softmax(logits[len(out.prompt_ids) - 1 : -1], -1)
+    own = own.gather(1, torch.tensor(out.completion_ids)[:, None])[:, 0]
+    recorded = torch.tensor(out.logprobs)
+    assert bool((recorded >= own - 2e-3).all()) and float(recorded.sum() - own.sum()) > 5
+    body = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "Which way?"}],
+        "max_tokens": 64,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "w", "schema": schema}},
+    }
+    with BackgroundServer(make_app(vllm_policy, "tiny")) as url:
+        reply = httpx.post(url + "/v1/chat/completions", json=body, timeout=120).json()
+    assert json.loads(reply["choices"][0]["message"]["content"])["go"] in ("left", "right")
