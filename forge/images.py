@@ -138,14 +138,25 @@ def base_for(harness: str | None) -> str:
 
 
 def _harness_sources(name: str) -> dict[str, str]:
-    """Host path -> sandbox path of what harness ``name`` mounts read-only today, and the
-    services' client and commands (mounted for tasks with services: baked in, so Kubernetes
-    pods, which cannot mount host paths, have them too)."""
+    """Host path -> sandbox path of what harness ``name`` mounts read-only today, and what
+    tasks mount beside it, baked in so Kubernetes pods, which cannot mount host paths, have them
+    too: the services' client and commands, the in-sandbox services launcher and the web
+    applications, and for the GUI harnesses the ``miniwob`` package's HTML when it is
+    installed."""
     from forge.harnesses import get_harness
     from forge.harnesses.app_tools import SERVICES_HOST
+    from forge.sandboxes import services as launch
     from tasks.services import MOUNT
 
-    return {**get_harness(name).ro_mounts(), SERVICES_HOST: MOUNT}
+    sources = {**get_harness(name).ro_mounts(), SERVICES_HOST: MOUNT}
+    sources[launch.LAUNCHER_HOST] = launch.PROGRAM
+    sources[launch.WEBAPPS_HOST] = launch.WEBAPPS
+    if name in GUI_HARNESSES:
+        try:
+            sources[launch.miniwob_html()] = launch.MINIWOB
+        except FileNotFoundError:  # MiniWoB++ tasks then stop with the install command
+            pass
+    return sources
 
 
 def harness_version(name: str) -> str:

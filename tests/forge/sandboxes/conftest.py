@@ -13,10 +13,15 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from forge import images
+from forge.harnesses.install import PACKAGES
 from forge.sandboxes import dockerd
+from forge.sandboxes.docker import client_for
+from serve.models import cache_dir
 
 PARENT = Path(tempfile.gettempdir()) / "openforge-test-dockerd"
 
@@ -52,11 +57,32 @@ def docker_images(docker_daemon: dockerd.Daemon) -> dict[str, str]:
     """The base and react images in the session's daemon: name -> tag."""
     import docker
 
-    from forge import images
-
     client = docker.DockerClient(base_url=docker_daemon.host, timeout=300)
     t0 = time.monotonic()
     base, react = images.build(client, ["base", "react"], progress=lambda m: None)
     print(f"[docker tests] base and react images ready in {time.monotonic() - t0:.1f}s")
     client.close()
     return {"base": base, "react": react}
+
+
+def _gui_rootfs_cached() -> bool:
+    return (cache_dir() / "images" / f"{images.rootfs_tag(gui=True).split(':', 1)[1]}.tar").exists()
+
+
+@pytest.fixture(scope="session")
+def gui_images(docker_daemon: Any) -> dict[str, str]:
+    """The browser and desktop images (and the gui base) in the session's daemon. The gui root
+    filesystem is made once (apt-get in a chroot, minutes) and cached as a tar; without that
+    tar the GUI container tests skip rather than spend minutes in CI."""
+    if not PACKAGES["browser"].installed():
+        pytest.skip("Playwright for the sandbox is not installed: forge harness install browser")
+    client = client_for(docker_daemon.host)
+    if not images.has_image(client, images.base_tag(gui=True)) and not _gui_rootfs_cached():
+        pytest.skip(
+            "the gui root filesystem is not cached (building it takes minutes): "
+            "forge image build gui"
+        )
+    t0 = time.monotonic()
+    tags = images.build(client, ["gui", "browser", "desktop"], progress=lambda m: None)
+    print(f"\n[docker gui] gui, browser and desktop images ready in {time.monotonic() - t0:.1f}s")
+    return dict(zip(["base", "gui", "browser", "desktop"], tags, strict=True))

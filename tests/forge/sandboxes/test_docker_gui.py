@@ -16,34 +16,11 @@ from typing import Any
 import pytest
 
 from forge import images
-from forge.harnesses.install import PACKAGES
 from forge.sandboxes.docker import client_for
-from serve.models import cache_dir
 
 pytestmark = [pytest.mark.docker, pytest.mark.browser, pytest.mark.ray, pytest.mark.slow]
 RUN = "docker-gui"
 CASES = [("browser", "web", "shop_blue_mug"), ("desktop", "desktop", "xmessage_deploy_decision")]
-
-
-def _gui_rootfs_cached() -> bool:
-    return (cache_dir() / "images" / f"{images.rootfs_tag(gui=True).split(':', 1)[1]}.tar").exists()
-
-
-@pytest.fixture(scope="module")
-def gui_images(docker_daemon: Any) -> dict[str, str]:
-    """The browser and desktop images (and the gui base) in the session's daemon."""
-    if not PACKAGES["browser"].installed():
-        pytest.skip("Playwright for the sandbox is not installed: forge harness install browser")
-    client = client_for(docker_daemon.host)
-    if not images.has_image(client, images.base_tag(gui=True)) and not _gui_rootfs_cached():
-        pytest.skip(
-            "the gui root filesystem is not cached (building it takes minutes): "
-            "forge image build gui"
-        )
-    t0 = time.monotonic()
-    tags = images.build(client, ["gui", "browser", "desktop"], progress=lambda m: None)
-    print(f"\n[docker gui] gui, browser and desktop images ready in {time.monotonic() - t0:.1f}s")
-    return dict(zip(["base", "gui", "browser", "desktop"], tags, strict=True))
 
 
 def test_gui_harness_images_build_on_the_gui_base(gui_images: dict[str, str]) -> None:
