@@ -1,9 +1,9 @@
 """GUI tasks on the kubernetes backend: the ``browser`` harness on a MiniWoB++ task (the web
-suite's tasks were run the same way while this was built), each attempt a pod of the harness's gui image (kmock's API, the test controller starting
-pods as containers of the tests' dockerd). Pods cannot mount host paths, so the services
-launcher, the web applications and MiniWoB's HTML come baked into the image; the oracle scores
-1.0 from them and no pod is left. Skipped, with the reason, where the gui root filesystem is not
-cached (as the docker GUI tests are)."""
+suite's tasks were run the same way while this was built), each attempt a pod of the harness's
+gui image (kmock's API, the test controller starting pods as containers of the tests' dockerd).
+Pods cannot mount host paths, so the services launcher, the web applications and MiniWoB's HTML
+come baked into the image; the oracle scores 1.0 from them and no pod is left. Skipped, with the
+reason, where the gui root filesystem is not cached (as the docker GUI tests are)."""
 
 from __future__ import annotations
 
