@@ -17,7 +17,7 @@ TEST=${TEST:-claw-gen/test/read_word}
 SFT_STEPS=${SFT_STEPS:-400}
 RL_STEPS=${RL_STEPS:-20}
 K=${K:-4}
-HARNESSES=${HARNESSES:-react}  # evaluated after SFT and RL (the transfer: e.g. react,pi)
+HARNESSES=${HARNESSES:-react}  # evaluated at each stage; the first is CONFIG's (transfer: react,pi)
 SEED=${SEED:-0}
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE=disabled
 mkdir -p "$OUT"
@@ -33,7 +33,7 @@ evaluate() {  # evaluate NAME MODEL HARNESSES
 "$FORGE" collect "$CONFIG" "policy.engine.model=$OUT/student" --teacher oracle --tasks "$TRAIN" -k 1 --out "$OUT/teacher"
 "$FORGE" sft "$OUT/teacher" --model "$OUT/student" --seed "$SEED" --steps "$SFT_STEPS" \
   --lr 1e-3 --out "$OUT/sft"
-evaluate base "$OUT/student" react
+evaluate base "$OUT/student" "$HARNESSES"
 evaluate sft "$OUT/sft" "$HARNESSES"
 "$FORGE" run "$CONFIG" "policy.engine.model=$OUT/sft" "runs_dir=$OUT" name=rl \
   "steps=$RL_STEPS" "checkpoint_every=$RL_STEPS"

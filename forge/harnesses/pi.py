@@ -6,7 +6,9 @@ episode: ``pi --provider forge --model M --no-session --mode json -p INSTRUCTION
 JSON lines; the last ``agent_end`` event holds the whole conversation, whose last assistant text
 is the final answer. It speaks chat completions; its tools are read, bash, edit and write. A
 task's services are skills (``--skill DIR`` each: a ``SKILL.md`` on their command-line tools),
-the only ones loaded (``--no-skills`` still turns discovery off).
+the only ones loaded (``--no-skills`` still turns discovery off). ``system_prompt`` and ``tools``
+are pi's own ``--system-prompt`` and ``--tools`` (its allowlist), for a small model that cannot
+afford pi's several-KB coding prompt and four tools.
 
 Reproducibility: HOME, the workspace path (its cwd) and TZ are fixed by the sandbox, and context
 files, skills and extensions are off, so the system prompt only varies with the date it embeds
@@ -33,9 +35,22 @@ class PiHarness:
     protocol = "chat"
     services_via = "skill"
 
-    def __init__(self, max_tokens: int | None = None) -> None:
+    def __init__(
+        self,
+        max_tokens: int | None = None,
+        system_prompt: str | None = None,
+        tools: list[str] | None = None,
+    ) -> None:
+        if system_prompt is not None and not isinstance(system_prompt, str):
+            raise ValueError(f"harness_options.system_prompt: {system_prompt!r} is not a string")
+        if tools is not None and (
+            not isinstance(tools, list) or not all(isinstance(t, str) and t for t in tools)
+        ):
+            raise ValueError(f"harness_options.tools: {tools!r} is not a list of tool names")
         self.package = PACKAGES["pi"]
         self.max_tokens = max_tokens
+        self.system_prompt = system_prompt  # pi's own --system-prompt (None: its coding prompt)
+        self.tools = tools  # pi's own --tools allowlist (None: read, bash, edit, write)
 
     def ro_mounts(self) -> dict[str, str]:
         return {str(self.package.require()): MOUNT}
@@ -75,6 +90,8 @@ class PiHarness:
             "--no-context-files",
             "--no-skills",
             "--no-extensions",
+            *(["--system-prompt", self.system_prompt] if self.system_prompt is not None else []),
+            *(["--tools", ",".join(self.tools)] if self.tools is not None else []),
             *[a for name in offered(ctx) for a in ("--skill", ctx.path(f"{SKILLS_DIR}/{name}"))],
             "-p",
             ctx.instruction,

@@ -41,6 +41,17 @@ def test_config_points_pi_at_the_attempt() -> None:
     )
 
 
+def test_system_prompt_and_tools_are_pis_own_flags() -> None:
+    cmd = get_harness("pi", system_prompt="Be brief.", tools=["bash", "read"]).command(_ctx())
+    assert cmd[cmd.index("--system-prompt") + 1] == "Be brief."
+    assert cmd[cmd.index("--tools") + 1] == "bash,read"
+    plain = get_harness("pi").command(_ctx())
+    assert "--system-prompt" not in plain and "--tools" not in plain
+    for bad, field in (({"tools": "bash"}, "tools"), ({"system_prompt": 3}, "system_prompt")):
+        with pytest.raises(ValueError, match=f"harness_options.{field}"):
+            get_harness("pi", **bad)
+
+
 def test_final_answer_is_the_last_assistant_text() -> None:
     pi = get_harness("pi")
     end = {
@@ -67,8 +78,14 @@ def test_missing_install_names_the_command(monkeypatch, tmp_path) -> None:
 @pytest.mark.slow
 @pytest.mark.ray
 def test_real_pi_oracle_gets_1_and_noop_gets_0(ray_cluster) -> None:
-    eps = oracle_and_noop(ray_cluster, "pi", "json_extract")
+    """With pi's own --system-prompt and --tools (its default prompt and four tools run in the
+    docker Harbor and concurrency tests): pi sends our prompt (with the date and working
+    directory it appends) and bash alone."""
+    options = {"system_prompt": "Use bash.", "tools": ["bash"]}
+    eps = oracle_and_noop(ray_cluster, "pi", "json_extract", harness_options=options)
     good, bad = eps["oracle"], eps["noop"]
-    assert good.turns[0].request["tools"], "pi offers its tools"
+    request = good.turns[0].request
+    assert request["messages"][0]["content"].startswith("Use bash.\nCurrent date: ")
+    assert [t["function"]["name"] for t in request["tools"]] == ["bash"]
     assert (good.reward, len(good.turns)) == (1.0, 2)  # the solution step, then the answer
     assert (bad.reward, len(bad.turns)) == (0.0, 1)
