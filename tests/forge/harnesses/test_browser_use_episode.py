@@ -40,6 +40,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
 """
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.ray,
+    pytest.mark.browser,
+    pytest.mark.skipif(not bwrap_works(), reason="bubblewrap cannot create namespaces here"),
+    pytest.mark.skipif(
+        not PACKAGES["browser-use"].installed(), reason="forge harness install browser-use"
+    ),
+]
 FIELD = from_pixels(200, 120, 640, 480)
 BUTTON = from_pixels(460, 330, 640, 480)
 TASK = Task.model_validate(
@@ -83,13 +92,6 @@ def actions(episode: Any) -> list[dict[str, Any]]:
     return [json.loads(t.text)["action"] for t in episode.turns]
 
 
-@pytest.mark.slow
-@pytest.mark.ray
-@pytest.mark.browser
-@pytest.mark.skipif(not bwrap_works(), reason="bubblewrap cannot create namespaces here")
-@pytest.mark.skipif(
-    not PACKAGES["browser-use"].installed(), reason="forge harness install browser-use"
-)
 def test_oracle_sends_the_text_through_browser_use_and_noop_does_not(ray_cluster) -> None:
     oracle = run(ray_cluster, "oracle")
     assert oracle.status == "ok", (oracle.failure, oracle.harness_log[-3000:])
@@ -112,13 +114,6 @@ def test_oracle_sends_the_text_through_browser_use_and_noop_does_not(ray_cluster
     assert actions(noop)[0][0]["done"]["success"] is True
 
 
-@pytest.mark.slow
-@pytest.mark.ray
-@pytest.mark.browser
-@pytest.mark.skipif(not bwrap_works(), reason="bubblewrap cannot create namespaces here")
-@pytest.mark.skipif(
-    not PACKAGES["browser-use"].installed(), reason="forge harness install browser-use"
-)
 def test_a_sampled_policy_writes_browser_uses_json(ray_cluster) -> None:
     """A real model sampling at temperature 1 (``tiny-vl``, random weights) through browser-use:
     its ``response_format`` reaches the torch engine, whose grammar keeps every reply a prefix
