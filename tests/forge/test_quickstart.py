@@ -25,12 +25,12 @@ def _read_jsonl(path: Path) -> list[dict]:
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_quickstart_learns_and_its_checkpoint_serves(tmp_path: Path) -> None:
-    """The README's quickstart, 12 of its 16 steps (suite time): the reward rises by half, the
+    """The README's quickstart, 10 of its 16 steps (suite time): the reward rises by half, the
     policy versions rise with the steps, and the checkpoint serves sevens."""
     config = ROOT / "examples" / "quickstart.yaml"
     t0 = time.monotonic()
     r = subprocess.run(
-        [*FORGE, "run", str(config), f"runs_dir={tmp_path}", "steps=12", "checkpoint_every=12"],
+        [*FORGE, "run", str(config), f"runs_dir={tmp_path}", "steps=10", "checkpoint_every=10"],
         capture_output=True,
         text=True,
         timeout=900,
@@ -41,7 +41,7 @@ def test_quickstart_learns_and_its_checkpoint_serves(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     run_dir = tmp_path / "quickstart"
     steps = _read_jsonl(run_dir / "metrics.jsonl")
-    assert [s["step"] for s in steps] == list(range(1, 13))
+    assert [s["step"] for s in steps] == list(range(1, 11))
     for s in steps:
         assert {"reward_mean", "policy_version", "episodes", "dropped_groups"} <= set(s)
     first, last3 = steps[0]["reward_mean"], [s["reward_mean"] for s in steps[-3:]]
@@ -50,16 +50,16 @@ def test_quickstart_learns_and_its_checkpoint_serves(tmp_path: Path) -> None:
 
     # Episodes carry token ids, and the policy versions that produced them rise with the steps.
     episodes = _read_jsonl(run_dir / "episodes" / "episodes.jsonl")
-    assert len(episodes) == 12 * 4 * 8
+    assert len(episodes) == 10 * 4 * 8
     turns = [t for e in episodes for t in e["turns"]]
     assert all(t["prompt_ids"] and t["completion_ids"] for t in turns)
     versions = [max(t["policy_version"] for t in e["turns"]) for e in episodes]
     # The last step samples with the weights published by the step before it.
-    assert versions[:32] == [0] * 32 and max(versions) == steps[-2]["policy_version"] > 8
+    assert versions[:32] == [0] * 32 and max(versions) == steps[-2]["policy_version"] >= 7
     assert versions == sorted(versions)  # synchronous mode: each step on the newest weights
 
     # The checkpoint is a Hugging Face model directory that `forge serve` loads and answers from.
-    ckpt = run_dir / "checkpoints" / "step_12"
+    ckpt = run_dir / "checkpoints" / "step_10"
     assert (ckpt / "config.json").exists() and (ckpt / "trainer_state.json").exists()
     with forge_serve("--model", str(ckpt)) as (port, _):
         body = {
