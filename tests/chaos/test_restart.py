@@ -16,6 +16,7 @@ process or directory is left, and the run has recorded each of its steps once.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -88,6 +89,9 @@ def test_trainer_killed_then_resumed(tmp_path: Path, chaos_row: Any) -> None:
         assert re.search(r"Trainer|ActorDied|actor died", out), out[-3000:]
         out = runner.resume(run_dir, tmp_path / "resumed.log", STEPS, RUN_TIMEOUT_S)
         assert "resumed from" in out and "step_1" in out, out[-3000:]
+        # the checkpoint carried the task cursor: the resumed step draws the groups after step 1's
+        state = json.loads((run_dir / "checkpoints" / "step_1" / "run_state.json").read_text())
+        assert state == {"cursor": 2, "step": 1}  # rollout.groups_per_step=2
         poll(lambda: not observer.leaked(), 15, every=0.2)
     audit = audit_run("trainer-killed", run_dir, observer, runner.GROUP_SIZE, steps=STEPS)
     chaos_row(audit)

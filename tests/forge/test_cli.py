@@ -96,6 +96,8 @@ def test_overrides_may_follow_the_flags() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.full  # ~55 s, for suite time; in CI `forge run` checkpoints and serves in
+# tests/forge/test_quickstart.py, and resumes (with its task cursor) in tests/chaos/test_restart.py
 def test_forge_run_trains_checkpoints_and_resumes(tmp_path: Path) -> None:
     common = [
         "rollout.group_size=2",
