@@ -85,7 +85,7 @@ def test_groups_flow_into_buffer_and_pool_shrinks(ray_cluster, policy, tmp_path)
     # Demand for 12 attempts grows the pool to max_pods in the background; on a loaded machine
     # the first pod may have run every attempt before the others joined, so wait for them.
     assert _stat_reaches(ray, sched, "pods_started", 3) == 3
-    assert stats["pods_failed_start"] == 0
+    assert ray.get(sched.stats.remote())["pods_failed_start"] == 0
     assert _stat_reaches(ray, sched, "pods", 1) == 1  # idle pods beyond min_pods retire
     ray.get(sched.stop.remote())
     assert len(_lines(tmp_path / "episodes" / "episodes.jsonl")) == 12
