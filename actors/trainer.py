@@ -63,11 +63,12 @@ log = logging.getLogger(__name__)
 
 
 def grpo_batch(
-    groups: list[list[Episode]], version: int, normalize_std: bool
+    groups: list[list[Episode]], version: int, normalize_std: bool, negative_scale: float = 1.0
 ) -> tuple[list[Episode], list[float], dict[str, float]]:
     """The episodes to train on (groups whose advantages are not all 0), their group-relative
-    advantages, and the batch's reward, advantage and staleness metrics (``version``: the
-    weights being updated). Raises ``ValueError`` on a failed episode."""
+    advantages (negative ones times ``negative_scale``), and the batch's reward, advantage and
+    staleness metrics (``version``: the weights being updated). Raises ``ValueError`` on a failed
+    episode."""
     episodes: list[Episode] = []
     advantages: list[float] = []
     rewards: list[float] = []
@@ -83,7 +84,7 @@ def grpo_batch(
             skipped += 1
             continue
         episodes.extend(group)
-        advantages.extend(adv.tolist())
+        advantages.extend(torch.where(adv < 0, adv * negative_scale, adv).tolist())
     versions = [t.policy_version for g in groups for e in g for t in e.turns]
     adv_t = torch.tensor(advantages or [0.0])
     rew_t = torch.tensor(rewards or [0.0])
@@ -183,33 +184,46 @@ class Trainer:
         """
         t0 = time.perf_counter()
         cfg = self.config
-        episodes, advantages, stats = grpo_batch(groups, self.version, cfg.normalize_adv_std)
-        rows = build_rows(episodes, advantages, images=self.image_processor is not None)
-        batches = micro_batches(rows, cfg.micro_batch_tokens, self.tokenizer.pad_token_id)
-        visions = [self._vision(mb) for mb in batches]  # pixels once, for every epoch
+        episodes, advantages, stats = grpo_batch(
+            groups, self.version, cfg.normalize_adv_std, cfg.negative_advantage_scale
+        )
+        # each mini-batch one update; episodes dealt out in turn, so every group is spread over all
+        minis = [
+            micro_batches(
+                build_rows(episodes[j::k], advantages[j::k], self.image_processor is not None),
+                cfg.micro_batch_tokens,
+                self.tokenizer.pad_token_id,
+            )
+            for k in [min(cfg.ppo_mini_batches, len(episodes))]
+            for j in range(k)
+        ]
+        batches = [mb for mini in minis for mb in mini]
+        visions = {id(mb): self._vision(mb) for mb in batches}  # pixels once, for every epoch
         totals: dict[str, Tensor] = {}
         grad_norms: list[Tensor] = []
         gap = GapStats(self.device)
         ratio_max = torch.zeros((), device=self.device)
-        trainer_old: list[Tensor] = []  # per micro-batch, before the update (tis only)
+        trainer_old: dict[int, Tensor] = {}  # per micro-batch, before the update (tis only)
         steps = skipped = 0
-        for epoch in range(cfg.ppo_epochs if batches else 0):
+        updates = [(e, mini) for e in range(cfg.ppo_epochs if batches else 0) for mini in minis]
+        for epoch, mini in updates:
             self.optimizer.zero_grad(set_to_none=True)
             epoch_loss = torch.zeros((), device=self.device)
-            for i, mb_cpu in enumerate(batches):
+            for mb_cpu in mini:
                 mb = mb_cpu.to(self.device)
-                old = trainer_old[i] if epoch and trainer_old else None
-                loss, m, new = self._micro_step(mb, old, visions[i])
+                loss, m, new = self._micro_step(
+                    mb, trainer_old.get(id(mb_cpu)), visions[id(mb_cpu)]
+                )
                 loss.backward()
                 epoch_loss = epoch_loss + loss.detach()
                 ratio_max = torch.maximum(ratio_max, m.pop("ratio_max"))
                 for k, v in m.items():
                     w = 1.0 if k in _SUMMED or k == "tokens" else m["tokens"]
                     totals[k] = totals.get(k, 0.0) + v * w
-                if epoch == 0:
+                if epoch == 0 and steps == 0:  # weights not moved yet: the engine's gap
                     gap.add(new, mb.old_logprobs, mb.mask)
-                    if cfg.rollout_correction == "tis":
-                        trainer_old.append(new.detach())
+                if epoch == 0 and cfg.rollout_correction == "tis":
+                    trainer_old[id(mb_cpu)] = new.detach()
             norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
             grad_norms.append(norm)
             if not bool(torch.isfinite(epoch_loss) & torch.isfinite(norm)):

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 # the sandbox sections live beside this module; they are part of this config
 from forge.config_placement import ActorKind as ActorKind
@@ -212,8 +212,25 @@ class TrainerConfig(_Strict):
     ppo_epochs: int = Field(
         1, ge=1, description="Optimizer steps per train_step, each over the whole batch."
     )
+    ppo_mini_batches: int = Field(
+        1,
+        ge=1,
+        description="Updates per epoch: the step's episodes are dealt into this many "
+        "mini-batches (each group spread over all), one optimizer step each, as veRL's "
+        "ppo_mini_batch_size (= episodes / this) does. Every mini-batch after the first is "
+        "sampled by weights one update older, which the PPO clip bounds.",
+    )
     normalize_adv_std: bool = Field(
         True, description="Divide group advantages by the group's std (False: Dr. GRPO)."
+    )
+    negative_advantage_scale: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="Multiply negative advantages by this. 1: GRPO. Below 1, attempts that beat "
+        "their group's mean weigh more than those that fell short (0: only the better attempts "
+        "are reinforced, 'positive sample reinforcement'): pushing a sampled token down spreads "
+        "its mass over all others and raises the entropy; pushing up a good one sharpens.",
     )
     device: str = Field("cpu", description="torch device the trainer's model lives on.")
     rollout_correction: Literal["off", "tis"] = Field(
@@ -225,6 +242,17 @@ class TrainerConfig(_Strict):
     tis_cap: float = Field(
         2.0, gt=0, description="rollout_correction=tis: the cap on the importance weight."
     )
+
+    @model_validator(mode="after")
+    def _one_mini_batch_where_needed(self) -> TrainerConfig:
+        if self.ppo_mini_batches > 1 and self.backend == "verl":
+            raise ValueError("ppo_mini_batches: the verl backend takes 1 (one update per epoch)")
+        if self.ppo_mini_batches > 1 and self.rollout_correction == "tis":
+            raise ValueError(
+                "ppo_mini_batches: rollout_correction tis takes 1 (its trainer-side old policy is "
+                "the weights before any update of the step)"
+            )
+        return self
 
 
 class WeightSyncConfig(_Strict):

@@ -159,6 +159,43 @@ def test_zero_advantage_groups_are_skipped(groups: list[list[Episode]]) -> None:
     assert m["skipped_groups"] == 1 and m["episodes"] == 4 and trainer.version == 1
 
 
+def test_negative_advantage_scale_reinforces_only_the_better_attempts(
+    groups: list[list[Episode]],
+) -> None:
+    trainer = Trainer({"lr": 1e-3, "negative_advantage_scale": 0.0}, seed=SEED)
+    episodes = [e for g in groups for e in g]
+    before = trainer.episode_logprobs(episodes)
+    m = trainer.train_step(groups)
+    assert m["advantage_min"] == 0.0 and m["advantage_max"] > 0 and m["episodes"] == 8
+    after = trainer.episode_logprobs(episodes)
+    best = {id(e): max(x.reward for x in g) for g in groups for e in g}
+    for e, b, a in zip(episodes, before, after, strict=True):
+        if e.reward == best[id(e)]:
+            assert a > b, e.episode_id
+    half = Trainer({"negative_advantage_scale": 0.5}, seed=SEED).train_step(groups)
+    full = Trainer({}, seed=SEED).train_step(groups)
+    assert half["advantage_min"] == pytest.approx(full["advantage_min"] / 2)
+    assert half["advantage_max"] == pytest.approx(full["advantage_max"])
+    with pytest.raises(ValueError, match="negative_advantage_scale"):
+        TrainerConfig(negative_advantage_scale=1.5)
+
+
+def test_mini_batches_are_one_update_each(groups: list[list[Episode]]) -> None:
+    trainer = Trainer({"lr": 1e-3, "ppo_mini_batches": 2}, seed=SEED)
+    m = trainer.train_step(groups)
+    state = trainer.optimizer.state[next(iter(trainer.model.parameters()))]
+    assert int(state["step"]) == 2  # two optimizer steps, one version
+    assert trainer.version == 1 and m["updated"] == 1 and m["episodes"] == 8
+    assert m["ratio_max"] > 1.0  # the second mini-batch was sampled by the weights before
+    assert m["logprob_abs_diff_max"] < 1e-4  # the gap is read before any update
+    one = Trainer({"lr": 1e-3}, seed=SEED)
+    one.train_step(groups)
+    assert int(one.optimizer.state[next(iter(one.model.parameters()))]["step"]) == 1
+    for bad in ({"backend": "verl"}, {"rollout_correction": "tis"}):
+        with pytest.raises(ValueError, match="ppo_mini_batches"):
+            TrainerConfig(ppo_mini_batches=2, **bad)
+
+
 def test_failed_episodes_are_refused(groups: list[list[Episode]]) -> None:
     bad = [replace(groups[0][0], status="failed"), *groups[0][1:]]
     with pytest.raises(ValueError, match="ok episodes only"):
