@@ -5,6 +5,7 @@
 # the held-out split is evaluated every 10 steps as in the main job.
 #
 #   bash examples/recipe/unseen.sh          # OUT=runs/unseen SPLIT=96 SFT_STEPS=400 RL_STEPS=40
+#   RL_ARGS="trainer.ppo_mini_batches=4" bash examples/recipe/unseen.sh   # more `forge run` overrides
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 FORGE=${FORGE:-.venv/bin/forge}
@@ -49,4 +50,4 @@ PY
 "$FORGE" sft "$OUT/teacher-seen" --model "$OUT/student" --seed "$SEED" --steps "$SFT_STEPS" \
   --lr 1e-3 --out "$OUT/sft"
 "$FORGE" run examples/claw.yaml "policy.engine.model=$OUT/sft" "runs_dir=$OUT" name=rl \
-  "tasks=$OUT/rl-tasks" "steps=$RL_STEPS" eval_every=10 eval_k=4 "checkpoint_every=$RL_STEPS"
+  "tasks=$OUT/rl-tasks" "steps=$RL_STEPS" eval_every=10 eval_k=4 checkpoint_every=10 ${RL_ARGS:-}
