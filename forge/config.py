@@ -210,7 +210,9 @@ class TrainerConfig(_Strict):
         "Gradients accumulate exactly over micro-batches.",
     )
     ppo_epochs: int = Field(
-        1, ge=1, description="Optimizer steps per train_step, each over the whole batch."
+        1,
+        ge=1,
+        description="Passes over the step's episodes, each ppo_mini_batches optimizer steps.",
     )
     ppo_mini_batches: int = Field(
         1,
