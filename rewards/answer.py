@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from difflib import SequenceMatcher
 from typing import ClassVar
 
 from pydantic import Field, field_validator
@@ -39,6 +40,14 @@ class AnswerEquals(VerifierModel):
         description="Compare case-folded, whitespace-collapsed text without wrapping quotes, "
         "markdown emphasis or a trailing full stop; false compares exactly.",
     )
+    partial_credit: float = Field(
+        default=0.0,
+        ge=0,
+        lt=1,
+        description="A wrong answer earns this times its similarity to the value (difflib's "
+        "ratio, 0 to 1): a denser reward for training small models; only an equal answer "
+        "scores 1, so pass rates still count exact answers. 0: none.",
+    )
 
     def verify(self, sandbox: Sandbox, final_answer: str | None) -> Verdict:
         if final_answer is None:
@@ -49,7 +58,8 @@ class AnswerEquals(VerifierModel):
             want, got = normalize_answer(want), normalize_answer(got)
         if got == want:
             return Verdict(1.0, f"answer is {short(want)}")
-        return Verdict(0.0, f"answer {short(got)}, expected {short(want)}")
+        score = self.partial_credit * SequenceMatcher(None, got, want).ratio()
+        return Verdict(score, f"answer {short(got)}, expected {short(want)}")
 
 
 class AnswerRegex(VerifierModel):

@@ -185,6 +185,18 @@ def test_answer_equals(sandbox) -> None:
     assert verify(exact, sandbox, "Dana Whitfield").reward == 1.0
 
 
+def test_answer_equals_partial_credit(sandbox) -> None:
+    spec = {"type": "answer_equals", "value": "raven", "partial_credit": 0.5}
+    assert verify(spec, sandbox, "Raven").reward == 1.0
+    near, far = verify(spec, sandbox, "raple").reward, verify(spec, sandbox, "bulk").reward
+    assert near == pytest.approx(0.5 * 0.6) and far == 0.0  # r, a, e: 2 * 3 of 10 characters
+    assert 0 < verify(spec, sandbox, "rave").reward < 0.5  # never a pass
+    assert verify(spec, sandbox, None).reward == 0.0
+    for bad in (1.0, -0.1):
+        with pytest.raises(ValueError, match="partial_credit"):
+            verify({**spec, "partial_credit": bad}, sandbox, "raven")
+
+
 def test_answer_equals_number_value(sandbox) -> None:
     spec = {"type": "answer_equals", "value": 42}
     assert verify(spec, sandbox, "42").reward == 1.0
