@@ -188,13 +188,13 @@ class Trainer:
             groups, self.version, cfg.normalize_adv_std, cfg.negative_advantage_scale
         )
         # each mini-batch one update; episodes dealt out in turn, so every group is spread over all
+        k = min(cfg.ppo_mini_batches, len(episodes))
         minis = [
             micro_batches(
                 build_rows(episodes[j::k], advantages[j::k], self.image_processor is not None),
                 cfg.micro_batch_tokens,
                 self.tokenizer.pad_token_id,
             )
-            for k in [min(cfg.ppo_mini_batches, len(episodes))]
             for j in range(k)
         ]
         batches = [mb for mini in minis for mb in mini]

@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from tasks.claw_gen import instance
-from tasks.claw_gen.families import NAMES, NOTE_FILES, WORDS
+from tasks.claw_gen.families import NAMES, NOTE_FILES, WORDS, word_in_file
 
 CONSONANTS, VOWELS = "bcdfghjklmnprstvwz", "aeiou"
 
@@ -42,11 +42,7 @@ def write(out: Path, n: int) -> None:
         name = NOTE_FILES[i % len(NOTE_FILES)]
         task = {
             "id": f"fresh_word-{i:03d}",
-            "instruction": f"Reply with the word in {name}.",
-            "files": {name: word + "\n"},
-            "verifier": {"type": "answer_equals", "value": word},
-            "solution": [f"cat {name}"],
-            "answer": word,
+            **word_in_file(name, word),
             "limits": limits,
             "tags": ["fresh_word"],
         }

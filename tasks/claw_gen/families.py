@@ -90,7 +90,11 @@ random.Random("claw-gen:read_word").shuffle(_PAIRS)
 
 def read_word(rng: random.Random, index: int) -> Spec:
     """The smallest agent skill: look before answering (the word is only in the file)."""
-    name, word = _PAIRS[index % len(_PAIRS)]
+    return word_in_file(*_PAIRS[index % len(_PAIRS)])
+
+
+def word_in_file(name: str, word: str) -> Spec:
+    """read_word's task for any file name and word."""
     return {
         "instruction": f"Reply with the word in {name}.",
         "files": {name: word + "\n"},
