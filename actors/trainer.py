@@ -63,12 +63,16 @@ log = logging.getLogger(__name__)
 
 
 def grpo_batch(
-    groups: list[list[Episode]], version: int, normalize_std: bool, negative_scale: float = 1.0
+    groups: list[list[Episode]],
+    version: int,
+    normalize_std: bool,
+    negative_scale: float = 1.0,
+    advantage: str = "group",
 ) -> tuple[list[Episode], list[float], dict[str, float]]:
-    """The episodes to train on (groups whose advantages are not all 0), their group-relative
-    advantages (negative ones times ``negative_scale``), and the batch's reward, advantage and
-    staleness metrics (``version``: the weights being updated). Raises ``ValueError`` on a failed
-    episode."""
+    """The episodes to train on (groups whose advantages are not all 0), their advantages
+    (``group``: group-relative; ``reward``: the reward itself; negative ones times
+    ``negative_scale``), and the batch's reward, advantage and staleness metrics (``version``:
+    the weights being updated). Raises ``ValueError`` on a failed episode."""
     episodes: list[Episode] = []
     advantages: list[float] = []
     rewards: list[float] = []
@@ -79,7 +83,7 @@ def grpo_batch(
             raise ValueError(f"train_step takes ok episodes only; got failed ones: {bad}")
         r = torch.tensor([[e.reward for e in group]], dtype=torch.float32)
         rewards.extend(r[0].tolist())
-        adv = group_advantages(r, normalize_std=normalize_std)[0]
+        adv = r[0] if advantage == "reward" else group_advantages(r, normalize_std=normalize_std)[0]
         if not bool(adv.any()):
             skipped += 1
             continue
@@ -185,7 +189,7 @@ class Trainer:
         t0 = time.perf_counter()
         cfg = self.config
         episodes, advantages, stats = grpo_batch(
-            groups, self.version, cfg.normalize_adv_std, cfg.negative_advantage_scale
+            groups, self.version, cfg.normalize_adv_std, cfg.negative_advantage_scale, cfg.advantage
         )
         # each mini-batch one update; episodes dealt out in turn, so every group is spread over all
         k = min(cfg.ppo_mini_batches, len(episodes))
@@ -207,6 +211,7 @@ class Trainer:
         steps = skipped = 0
         updates = [(e, mini) for e in range(cfg.ppo_epochs if batches else 0) for mini in minis]
         for epoch, mini in updates:
+            self._ramp_lr()
             self.optimizer.zero_grad(set_to_none=True)
             epoch_loss = torch.zeros((), device=self.device)
             for mb_cpu in mini:
@@ -248,11 +253,22 @@ class Trainer:
         totals["ratio_max"] = ratio_max
         out = self._metrics(totals, grad_norms, gap, batches, stats)
         out["updated"] = 1.0 if steps else 0.0
+        out["lr"] = float(self.optimizer.param_groups[0]["lr"])
         out["nonfinite_skipped"] = float(skipped)
         out["nonfinite_skipped_total"] = float(self.nonfinite_skipped)
         out["step_time_s"] = time.perf_counter() - t0
         out["tokens_per_s"] = out["tokens_total"] / max(out["step_time_s"], 1e-9)
         return out
+
+    def _ramp_lr(self) -> None:
+        """Set the learning rate of the next update: ``lr``, or during ``warmup_updates`` its
+        share ``(n + 1) / warmup_updates`` (``n``: updates so far, from AdamW's own count, so a
+        resumed run carries on where it stopped)."""
+        cfg = self.config
+        done = max((int(s["step"]) for s in self.optimizer.state.values()), default=0)
+        lr = cfg.lr * min(1.0, (done + 1) / cfg.warmup_updates) if cfg.warmup_updates else cfg.lr
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
 
     def train_on(self, boxes: list[list[Any]]) -> dict[str, float]:
         """:meth:`train_step` on groups in the object store, as the ReplayBuffer hands them out

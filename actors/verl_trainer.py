@@ -83,7 +83,7 @@ class VerlTrainer:
         t0 = time.perf_counter()
         cfg, v = self.config, self.config.verl
         episodes, advantages, stats = grpo_batch(
-            groups, self.version, cfg.normalize_adv_std, cfg.negative_advantage_scale
+            groups, self.version, cfg.normalize_adv_std, cfg.negative_advantage_scale, cfg.advantage
         )
         rows = build_rows(episodes, advantages)
         out: dict[str, float] = dict(stats)

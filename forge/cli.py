@@ -423,8 +423,9 @@ def build_parser() -> argparse.ArgumentParser:
     col.add_argument(
         "--teacher",
         required=True,
-        help="'oracle' (the scripted reference solutions) or an OpenAI-compatible base URL "
-        "(ending in /v1; the key from $OPENAI_API_KEY)",
+        help="'oracle' (the scripted reference solutions), 'self' (the config's own policy: "
+        "its passing attempts, for reward-filtered self-training) or an OpenAI-compatible base "
+        "URL (ending in /v1; the key from $OPENAI_API_KEY)",
     )
     col.add_argument("--teacher-model", help="the model name sent to a teacher URL")
     col.add_argument("--tasks", help="task suite (default: the config's)")

@@ -3,7 +3,9 @@
 The config's harness plays every task of the suite ``k`` times (``forge eval``'s machinery: a
 Scheduler, HarnessPods, sandboxes, verifiers) with a teacher behind the Policy: the scripted
 oracle (``--teacher oracle``), or any OpenAI-compatible endpoint (``--teacher URL``: the
-``remote`` engine; ``forge serve`` of a larger local checkpoint is one). Every episode is
+``remote`` engine; ``forge serve`` of a larger local checkpoint is one), or the config's own
+policy (``--teacher self``: the student's passing attempts, which ``forge sft`` then trains it
+on, one round of reward-filtered self-training: RAFT, ReST-EM's improve step). Every episode is
 verified as usual; those with reward at least ``min_reward`` are kept, each once (two episodes
 of a task whose replies are all the same are one), in ``DIR/episodes.jsonl`` with every request
 exactly as the harness sent it (messages and tools), which is what ``forge sft`` renders for
@@ -22,14 +24,17 @@ from forge.config import RunConfig
 
 
 def teacher_engine(config: RunConfig, teacher: str, model: str | None) -> dict[str, Any]:
-    """The engine config of ``teacher``: ``oracle`` or an endpoint URL (ending in ``/v1``);
-    the student's model names the tokenizer the records are written in."""
+    """The engine config of ``teacher``: ``oracle``, ``self`` (the config's own engine) or an
+    endpoint URL (ending in ``/v1``); the student's model names the tokenizer the records are
+    written in."""
     student = config.policy.engine.model
+    if teacher == "self":
+        return config.policy.engine.model_dump()
     if teacher == "oracle":
         return {"name": "scripted", "model": student, "mode": "oracle"}
     if teacher.startswith(("http://", "https://")):
         return {"name": "remote", "model": student, "base_url": teacher, "served_model": model}
-    raise ValueError(f"--teacher: expected 'oracle' or an http(s) URL, got {teacher!r}")
+    raise ValueError(f"--teacher: expected 'oracle', 'self' or an http(s) URL, got {teacher!r}")
 
 
 def keep(episodes: list[dict[str, Any]], min_reward: float) -> tuple[list[dict[str, Any]], dict]:

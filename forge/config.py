@@ -222,6 +222,20 @@ class TrainerConfig(_Strict):
         "ppo_mini_batch_size (= episodes / this) does. Every mini-batch after the first is "
         "sampled by weights one update older, which the PPO clip bounds.",
     )
+    warmup_updates: int = Field(
+        0,
+        ge=0,
+        description="Optimizer updates over which the learning rate ramps linearly up to lr "
+        "(0: none). AdamW's first updates move every weight by about lr whatever the size of "
+        "its gradient; from a warm start a ramp lets its moment estimates settle first.",
+    )
+    advantage: Literal["group", "reward"] = Field(
+        "group",
+        description="group: GRPO's group-relative advantage (reward minus the group's mean). "
+        "reward: the reward itself, no baseline (REINFORCE); with pass/fail rewards every "
+        "passing attempt is reinforced alike and failures not at all, online reward-filtered "
+        "self-training (RAFT, ReST-EM). Groups whose advantages are all 0 are skipped either way.",
+    )
     normalize_adv_std: bool = Field(
         True, description="Divide group advantages by the group's std (False: Dr. GRPO)."
     )
@@ -249,6 +263,8 @@ class TrainerConfig(_Strict):
     def _one_mini_batch_where_needed(self) -> TrainerConfig:
         if self.ppo_mini_batches > 1 and self.backend == "verl":
             raise ValueError("ppo_mini_batches: the verl backend takes 1 (one update per epoch)")
+        if self.warmup_updates and self.backend == "verl":
+            raise ValueError("warmup_updates: the verl backend takes 0 (its optimizer's own)")
         if self.ppo_mini_batches > 1 and self.rollout_correction == "tis":
             raise ValueError(
                 "ppo_mini_batches: rollout_correction tis takes 1 (its trainer-side old policy is "

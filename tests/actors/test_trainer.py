@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from actors.replay_buffer import unbox
-from actors.trainer import Trainer
+from actors.trainer import Trainer, grpo_batch
 from forge.config import TrainerConfig
 from forge.trajectory import assemble
 from forge.types import Episode, SamplingParams, Segment, Turn
@@ -180,6 +180,21 @@ def test_negative_advantage_scale_reinforces_only_the_better_attempts(
         TrainerConfig(negative_advantage_scale=1.5)
 
 
+def test_reward_advantage_reinforces_every_passing_attempt(
+    groups: list[list[Episode]],
+) -> None:
+    passing = [replace(e, reward=1.0) for e in groups[0]]  # a group GRPO would skip
+    failing = [replace(e, reward=0.0) for e in groups[1]]
+    episodes, advantages, stats = grpo_batch([passing, groups[1], failing], 0, True, 1.0, "reward")
+    assert [e.episode_id for e in episodes] == [e.episode_id for e in passing + groups[1]]
+    assert advantages == [1.0] * 4 + [e.reward for e in groups[1]]  # the reward, no baseline
+    assert stats["skipped_groups"] == 1  # only the all-zero one
+    trainer = Trainer({"lr": 1e-3, "advantage": "reward"}, seed=SEED)
+    before = trainer.episode_logprobs(passing)
+    assert trainer.train_step([passing, failing])["updated"] == 1
+    assert all(a > b for a, b in zip(trainer.episode_logprobs(passing), before, strict=True))
+
+
 def test_mini_batches_are_one_update_each(groups: list[list[Episode]]) -> None:
     trainer = Trainer({"lr": 1e-3, "ppo_mini_batches": 2}, seed=SEED)
     m = trainer.train_step(groups)
@@ -194,6 +209,23 @@ def test_mini_batches_are_one_update_each(groups: list[list[Episode]]) -> None:
     for bad in ({"backend": "verl"}, {"rollout_correction": "tis"}):
         with pytest.raises(ValueError, match="ppo_mini_batches"):
             TrainerConfig(ppo_mini_batches=2, **bad)
+
+
+def test_warmup_ramps_the_learning_rate_over_updates(
+    groups: list[list[Episode]], tmp_path: Path
+) -> None:
+    trainer = Trainer({"lr": 1e-3, "warmup_updates": 4, "ppo_mini_batches": 2}, seed=SEED)
+    before = {k: v.clone() for k, v in trainer.get_weights().items()}
+    assert trainer.train_step(groups)["lr"] == pytest.approx(2.5e-4 * 2)  # updates 1 and 2 of 4
+    moved = max((v - before[k]).abs().max().item() for k, v in trainer.get_weights().items())
+    assert 0 < moved < 1e-3  # AdamW's first steps move a weight by about lr: here a quarter
+    trainer.save_checkpoint(tmp_path / "ckpt")
+    resumed = Trainer({"lr": 1e-3, "warmup_updates": 4, "ppo_mini_batches": 2}, seed=SEED)
+    resumed.load_checkpoint(tmp_path / "ckpt")
+    assert resumed.train_step(groups)["lr"] == pytest.approx(1e-3)  # updates 3 and 4
+    assert Trainer({"lr": 1e-3}, seed=SEED).train_step(groups)["lr"] == 1e-3
+    with pytest.raises(ValueError, match="warmup_updates"):
+        TrainerConfig(warmup_updates=4, backend="verl")
 
 
 def test_failed_episodes_are_refused(groups: list[list[Episode]]) -> None:

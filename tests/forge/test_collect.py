@@ -43,6 +43,9 @@ def test_teacher_names_and_what_is_kept() -> None:
         "base_url": "http://127.0.0.1:9/v1",
         "served_model": "big",
     }
+    claw = load_config(ROOT / "examples" / "claw.yaml", [])
+    own = teacher_engine(claw, "self", None)  # the student's own engine, seed and all
+    assert own == claw.policy.engine.model_dump() and own["name"] == "torch"
     with pytest.raises(ValueError, match="--teacher"):
         teacher_engine(cfg, "gpt-teacher", None)
     eps = [
