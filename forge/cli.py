@@ -187,11 +187,15 @@ def _collect(args: argparse.Namespace) -> int:
 
 def _sft(args: argparse.Namespace) -> int:
     from forge.sft import train
+    from forge.student import model_path
 
+    model = _making_student("sft", lambda: model_path(args.model))  # `tiny-claw` too
+    if model is None:
+        return 2
     try:
         train(
             Path(args.dir),
-            args.model,
+            model,
             Path(args.out),
             steps=args.steps,
             batch=args.batch,
@@ -437,7 +441,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sft = sub.add_parser("sft", help="fine-tune a model on `forge collect`'s episodes")
     sft.add_argument("dir", help="a `forge collect` output folder")
-    sft.add_argument("--model", default="tiny", help="tiny, smollm2-135m or a checkpoint dir")
+    sft.add_argument(
+        "--model", default="tiny", help="tiny, smollm2-135m, tiny-claw or a checkpoint dir"
+    )
     sft.add_argument("--out", required=True, help="the checkpoint folder to write")
     sft.add_argument("--steps", type=int, default=200, help="optimizer steps")
     sft.add_argument("--batch", type=int, default=8, help="episodes per step")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from forge import student
+from forge import cli, student
 from forge.config import load_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.timeout(600)]
@@ -54,3 +54,8 @@ def test_made_once_then_found(
     assert resolved.policy.engine.model == str(out)
     assert (out / "model.safetensors").stat().st_mtime_ns == made
     assert resolved.model_dump(exclude={"policy"}) == like.model_dump(exclude={"policy"})
+
+    seen: dict[str, str] = {}  # `forge sft --model tiny-claw` trains the checkpoint itself
+    monkeypatch.setattr("forge.sft.train", lambda folder, model, o, **kw: seen.update(model=model))
+    assert cli.main(["sft", str(tmp_path), "--model", "tiny-claw", "--out", str(tmp_path)]) == 0
+    assert seen == {"model": str(out)}
