@@ -114,6 +114,23 @@ def test_oracle_episodes_then_sft(ray_cluster: Any, tmp_path: Path) -> None:
     assert state["step"] == 8
 
 
+def test_the_student_as_its_own_teacher(ray_cluster: Any, tmp_path: Path) -> None:
+    """``--teacher self``: the config's own policy (here the untrained ``tiny``) plays; what it
+    sampled is recorded with its own logprobs, and only attempts the verifier passes are kept."""
+    out = tmp_path / "self"
+    out.mkdir()
+    cfg = config(tmp_path, f"task_ids={json.dumps(TASKS[:2])}", "policy.engine.name=torch")
+    summary = collect(cfg, "self", "claw-gen/test", 1, out)
+    played = [
+        json.loads(x) for x in (out / "play" / "react" / "episodes.jsonl").read_text().splitlines()
+    ]
+    assert summary["teacher"] == "self" and summary["played"] == 2 == len(played), summary
+    passed = sum(ep["reward"] >= 1.0 for ep in played)
+    assert summary["kept"] == passed and summary["dropped"]["below_min_reward"] == 2 - passed
+    sampled = [lp for ep in played for t in ep["turns"] for lp in t["logprobs"]]
+    assert sampled and any(lp < 0 for lp in sampled)  # the student's sampling, not a script's
+
+
 def test_a_teacher_at_a_url(ray_cluster: Any, tmp_path: Path) -> None:
     """The teacher is this project's own server with the scripted engine playing one task's
     reference solution: the episode it leads, through the real harness, scores 1."""
