@@ -63,16 +63,13 @@ log = logging.getLogger(__name__)
 
 
 def grpo_batch(
-    groups: list[list[Episode]],
-    version: int,
-    normalize_std: bool,
-    negative_scale: float = 1.0,
-    advantage: str = "group",
+    groups: list[list[Episode]], version: int, cfg: TrainerConfig
 ) -> tuple[list[Episode], list[float], dict[str, float]]:
-    """The episodes to train on (groups whose advantages are not all 0), their advantages
-    (``group``: group-relative; ``reward``: the reward itself; negative ones times
-    ``negative_scale``), and the batch's reward, advantage and staleness metrics (``version``:
-    the weights being updated). Raises ``ValueError`` on a failed episode."""
+    """The episodes to train on (groups whose advantages are not all 0), their advantages as
+    ``cfg`` says (``advantage``: group-relative, ``normalize_adv_std``, or the reward itself;
+    negative ones times ``negative_advantage_scale``), and the batch's reward, advantage and
+    staleness metrics (``version``: the weights being updated). Raises ``ValueError`` on a
+    failed episode."""
     episodes: list[Episode] = []
     advantages: list[float] = []
     rewards: list[float] = []
@@ -83,12 +80,15 @@ def grpo_batch(
             raise ValueError(f"train_step takes ok episodes only; got failed ones: {bad}")
         r = torch.tensor([[e.reward for e in group]], dtype=torch.float32)
         rewards.extend(r[0].tolist())
-        adv = r[0] if advantage == "reward" else group_advantages(r, normalize_std=normalize_std)[0]
+        if cfg.advantage == "reward":
+            adv = r[0]
+        else:
+            adv = group_advantages(r, normalize_std=cfg.normalize_adv_std)[0]
         if not bool(adv.any()):
             skipped += 1
             continue
         episodes.extend(group)
-        advantages.extend(torch.where(adv < 0, adv * negative_scale, adv).tolist())
+        advantages.extend(torch.where(adv < 0, adv * cfg.negative_advantage_scale, adv).tolist())
     versions = [t.policy_version for g in groups for e in g for t in e.turns]
     adv_t = torch.tensor(advantages or [0.0])
     rew_t = torch.tensor(rewards or [0.0])
@@ -188,9 +188,7 @@ class Trainer:
         """
         t0 = time.perf_counter()
         cfg = self.config
-        episodes, advantages, stats = grpo_batch(
-            groups, self.version, cfg.normalize_adv_std, cfg.negative_advantage_scale, cfg.advantage
-        )
+        episodes, advantages, stats = grpo_batch(groups, self.version, cfg)
         # each mini-batch one update; episodes dealt out in turn, so every group is spread over all
         k = min(cfg.ppo_mini_batches, len(episodes))
         minis = [

@@ -82,9 +82,7 @@ class VerlTrainer:
         """One update on all ranks; the torch Trainer's metrics where veRL gives them."""
         t0 = time.perf_counter()
         cfg, v = self.config, self.config.verl
-        episodes, advantages, stats = grpo_batch(
-            groups, self.version, cfg.normalize_adv_std, cfg.negative_advantage_scale, cfg.advantage
-        )
+        episodes, advantages, stats = grpo_batch(groups, self.version, cfg)
         rows = build_rows(episodes, advantages)
         out: dict[str, float] = dict(stats)
         updated = skipped = 0

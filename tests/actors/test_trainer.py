@@ -185,7 +185,9 @@ def test_reward_advantage_reinforces_every_passing_attempt(
 ) -> None:
     passing = [replace(e, reward=1.0) for e in groups[0]]  # a group GRPO would skip
     failing = [replace(e, reward=0.0) for e in groups[1]]
-    episodes, advantages, stats = grpo_batch([passing, groups[1], failing], 0, True, 1.0, "reward")
+    episodes, advantages, stats = grpo_batch(
+        [passing, groups[1], failing], 0, TrainerConfig(advantage="reward")
+    )
     assert [e.episode_id for e in episodes] == [e.episode_id for e in passing + groups[1]]
     assert advantages == [1.0] * 4 + [e.reward for e in groups[1]]  # the reward, no baseline
     assert stats["skipped_groups"] == 1  # only the all-zero one
