@@ -51,9 +51,9 @@ class PodPool:
         self._starting: set[asyncio.Task[Pod | None]] = set()
 
     async def fill(self) -> None:
-        """Start pods up to ``min_pods`` (failures are counted, not raised)."""
-        while len(self.pods) < self.rollout.min_pods and await self.new_pod() is not None:
-            pass
+        """Start pods up to ``min_pods``, all at once (failures are counted, not raised)."""
+        wanted = self.rollout.min_pods - len(self.pods)
+        await asyncio.gather(*(self.new_pod() for _ in range(wanted)))
 
     def idle_pod(self) -> Pod | None:
         """An idle pod (marked busy), or None."""

@@ -130,8 +130,11 @@ def test_pod_that_cannot_start_is_reported_not_fatal(ray_cluster, tmp_path, mode
     """The dispatch loop survives pods that never start; the stall report says why."""
     sched, _ = _scheduler(ray_cluster, tmp_path, mode, min_pods=1)
     sched.request.remote(1)
-    time.sleep(3)
-    stats = ray_cluster.get(sched.stats.remote())
+    deadline = time.monotonic() + 60  # the second try follows the first's back-off
+    while (stats := ray_cluster.get(sched.stats.remote()))["pods_failed_start"] < 2:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     report = ray_cluster.get(sched.stall_report.remote())
     ray_cluster.get(sched.stop.remote())
     assert stats["pods"] == 0 and stats["pods_failed_start"] >= 2, stats
