@@ -1,7 +1,7 @@
 """The recipe end to end, short (examples/recipe/run.sh: collect -> SFT -> RL, evaluated on the
 held-out split after each stage): the held-out pass rate after SFT and after SFT+RL exceeds the
-base model's. About 5.5 minutes on 2 cores, so it is marked ``full`` (out of the default
-command, which stays under 30 minutes): ``bash scripts/test.sh -m full``."""
+base model's. 11.5 minutes on 2 cores (beside other work), so it is marked ``full`` (out of the
+default command, which stays under 30 minutes): ``bash scripts/test.sh -m full``."""
 
 from __future__ import annotations
 
