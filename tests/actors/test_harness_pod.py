@@ -231,3 +231,17 @@ def test_harness_the_proxy_refused_is_proxy_rejected_not_a_crash(oracle):
     assert (ep.status, ep.failure, ep.harness_exit_code) == ("failed", "proxy_rejected", 1)
     assert "proxy rejected: 400 messages[0].role" in ep.harness_log, ep.harness_log
     assert "unexpected reply" in ep.harness_log and ep.turns == []
+
+
+def test_the_processes_that_move_no_weights_never_load_torch() -> None:
+    """A HarnessPod, the Scheduler, the ReplayBuffer and a driver that deploys the Policy each
+    start in a process of their own; loading torch there cost each ~3 s of a 2-core machine's
+    time at every ``forge run``."""
+    import subprocess
+    import sys
+
+    modules = ["actors.harness_pod", "actors.scheduler", "actors.replay_buffer", "serve.policy"]
+    code = f"import sys\nfor m in {modules!r}: __import__(m)\nprint('torch' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip() == "False", "one of them imports torch again"
