@@ -18,25 +18,17 @@ tensors and each replica's base rank.
 from __future__ import annotations
 
 import datetime
-import functools
 import socket
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    import torch
+import torch
 
-
-@functools.cache
-def _dtypes() -> dict[str, torch.dtype]:
-    """The dtypes a weight may travel as, by name (torch is imported when weights move: the
-    processes that only import this module, the driver's, never load it)."""
-    import torch
-
-    dtypes = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64)
-    return {str(d): d for d in dtypes}
+_DTYPES = {
+    str(d): d for d in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64)
+}
 
 
 @dataclass(frozen=True)
@@ -47,7 +39,7 @@ class TensorMeta:
 
     @property
     def nbytes(self) -> int:
-        n = _dtypes()[self.dtype].itemsize
+        n = _DTYPES[self.dtype].itemsize
         for s in self.shape:
             n *= s
         return n
@@ -56,7 +48,7 @@ class TensorMeta:
 def metas_of(state_dict: dict[str, torch.Tensor]) -> list[TensorMeta]:
     out = []
     for name, t in state_dict.items():
-        if str(t.dtype) not in _dtypes():
+        if str(t.dtype) not in _DTYPES:
             raise ValueError(f"weight {name}: dtype {t.dtype} cannot be broadcast")
         out.append(TensorMeta(name, tuple(t.shape), str(t.dtype)))
     return out
@@ -85,8 +77,6 @@ def _bucket_bytes(metas: list[TensorMeta], bucket: list[int]) -> int:
 
 
 def device_for(backend: str) -> torch.device:
-    import torch
-
     if backend == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
@@ -151,8 +141,6 @@ class Broadcaster(_Member):
         """Broadcast tensors as they come (in the order of ``message["tensors"]``), each copied
         into its bucket and let go: a source that makes them one at a time (gathered from
         shards) never holds more than one bucket. Returns the bytes sent."""
-        import torch
-
         group = self.join(message, 0)
         metas = [TensorMeta(*m) for m in message["tensors"]]
         device = device_for(message["backend"])
@@ -177,8 +165,6 @@ class Receiver(_Member):
     """A replica worker's side."""
 
     def receive(self, message: dict[str, Any], rank: int) -> dict[str, torch.Tensor]:
-        import torch
-
         group = self.join(message, rank)
         metas = [TensorMeta(*m) for m in message["tensors"]]
         device = device_for(message["backend"])
@@ -190,6 +176,6 @@ class Receiver(_Member):
             for i in bucket:
                 m = metas[i]
                 raw = flat[offset : offset + m.nbytes]
-                out[m.name] = raw.view(_dtypes()[m.dtype]).view(m.shape)
+                out[m.name] = raw.view(_DTYPES[m.dtype]).view(m.shape)
                 offset += _aligned(m.nbytes)
         return out

@@ -31,7 +31,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ray import serve
 
@@ -39,11 +39,13 @@ from forge.config import ActorPlacement, PolicyConfig
 from forge.types import ChatRequest, Completion
 from serve.batching import MicroBatcher
 from serve.chat_template import ParsedText, parse_completion, render_with
-from serve.collective import Receiver
 from serve.engines import EngineOutput, EngineRequest, make_engine
 from serve.engines.base import ImageInputError, admit
 from serve.live import safe_content
 from serve.weight_sync import subscribe
+
+if TYPE_CHECKING:  # the collective group imports torch, which only a replica needs
+    from serve.collective import Receiver
 
 
 class Policy:
@@ -242,6 +244,8 @@ class Policy:
             swap = partial(self.engine.receive_weights, message, rank)
             return await self._swap_continuous(swap, version)
         if self._receiver is None:
+            from serve.collective import Receiver
+
             self._receiver = Receiver()
         state = await asyncio.to_thread(self._receiver.receive, message, rank)
         return await self.update_weights(state, version)  # received while serving, then swapped

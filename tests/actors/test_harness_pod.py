@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 
 import anthropic
 import httpx
@@ -237,9 +239,6 @@ def test_the_processes_that_move_no_weights_never_load_torch() -> None:
     """A HarnessPod, the Scheduler, the ReplayBuffer and a driver that deploys the Policy each
     start in a process of their own; loading torch there cost each ~3 s of a 2-core machine's
     time at every ``forge run``."""
-    import subprocess
-    import sys
-
     modules = ["actors.harness_pod", "actors.scheduler", "actors.replay_buffer", "serve.policy"]
     code = f"import sys\nfor m in {modules!r}: __import__(m)\nprint('torch' in sys.modules)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
