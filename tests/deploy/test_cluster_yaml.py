@@ -6,13 +6,17 @@ GPUs, bounds, the setup). No cloud account is touched."""
 from __future__ import annotations
 
 import copy
+import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
+import tomllib
 import yaml
+from packaging.specifiers import SpecifierSet
 from ray.autoscaler._private.util import prepare_config, validate_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,6 +102,48 @@ def test_setup_is_the_laptops_and_commands_run_in_the_venv() -> None:
     starts = config["head_start_ray_commands"] + config["worker_start_ray_commands"]
     assert all("--metrics-export-port=8080" in c for c in starts if "ray start" in c)
     assert "--dashboard-host=127.0.0.1" in " ".join(config["head_start_ray_commands"])
+
+
+def _requires_python() -> SpecifierSet:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return SpecifierSet(project["requires-python"])
+
+
+def test_setup_installs_the_python_the_project_requires(tmp_path: Path) -> None:
+    """The AMI's python3 is 3.10, which pyproject.toml refuses: the setup installs a Python the
+    project accepts, makes .venv and .venv-vllm with it, and replaces one an older Python made.
+    The setup command itself runs here, with a stub setup.sh that records what it was given."""
+    setup = load()["setup_commands"]
+    apt = next(c for c in setup if "apt-get" in c and " install " in c)
+    packages = apt.split(" install ", 1)[1].split()
+    pythons = [p.removeprefix("python") for p in packages if p.startswith("python3.")]
+    pythons = [v for v in pythons if v.replace(".", "").isdigit()]
+    assert pythons, f"no python3.X package installed: {apt}"
+    (version,) = pythons
+    assert version in _requires_python() and "3.10" not in _requires_python()
+    assert f"python{version}-venv" in packages  # python3.X -m venv needs ensurepip
+
+    command = next(c for c in setup if "bash scripts/setup.sh" in c)
+    assert f"PYTHON=python{version} " in command
+    repo = tmp_path / "openforge"
+    (repo / "scripts").mkdir(parents=True)
+    (repo / "scripts" / "setup.sh").write_text('echo "$PYTHON" > ran-with\n')
+    old = repo / ".venv" / "bin" / "python"  # what a 3.10 venv answers the check with
+    old.parent.mkdir(parents=True)
+    old.write_text(
+        f"#!/bin/sh\nexec {sys.executable} -c "
+        '"import sys; sys.version_info = (3, 10, 12, \'final\', 0); exec(sys.argv[1])" "$2"\n'
+    )
+    old.chmod(0o755)
+    current = repo / ".venv-vllm" / "bin" / "python"
+    current.parent.mkdir(parents=True)
+    current.symlink_to(sys.executable)
+    env = {"HOME": str(tmp_path), "PATH": os.environ["PATH"]}
+    done = subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (repo / "ran-with").read_text().strip() == f"python{version}"
+    assert not (repo / ".venv").exists()  # made by 3.10: setup.sh makes it again
+    assert current.is_symlink()  # made by this Python: kept
 
 
 COMMAND_LISTS = (
