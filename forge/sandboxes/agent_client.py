@@ -6,6 +6,10 @@ the container and starts :func:`agent_command` as its entrypoint, then talks to 
 :class:`AgentClient` over a Unix socket (``unix:/path/agent.sock``, e.g. bind-mounted out of a
 container without network) or TCP (``http://pod-ip:port``). Transport failures, a wrong token and
 server errors raise :class:`AgentUnavailable` (an infrastructure failure, not the harness's).
+Every reply is bounded: the status line and headers by ``http.client`` (64 KiB a line, 100
+lines), the body by what the request can legitimately bring back (:func:`reply_limit`); a
+longer one raises :class:`AgentReplyTooLarge` before it is read, never a hang or a memory
+blow-up.
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
-from forge.sandboxes.base import ArchiveTooLarge, ExecResult
+from forge.sandboxes.base import MAX_FILE_BYTES, ArchiveTooLarge, ExecResult
+from forge.sandboxes.process import DEFAULT_OUTPUT_CAP
 
 AGENT_DIR = "/opt/forge/agent"  # where backends put the agent tree inside the container
 WORKSPACE = "/workspace"
@@ -30,6 +35,8 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 EXEC_GRACE_S = 15.0  # beyond an exec's timeout_s: the kill grace and the transfer of its output
 IDLE_RECONNECT_S = 60.0  # a connection idle this long is replaced (the agent drops them at 300 s)
 MAX_BODY = 256 << 20  # the agent's limit on a file or an archive sent to it
+MAX_SMALL_REPLY = 1 << 20  # health, kill, errors, put acknowledgements
+ARCHIVE_ENTRY_OVERHEAD = 12 << 10  # tar header, pax records for a long name and link, padding
 _MODULES = ("base", "process", "archive", "bridge", "agent")
 _BOOT = (
     "import sys; sys.path.insert(0, {dir!r}); from forge.sandboxes.agent import main; "
@@ -43,6 +50,29 @@ class AgentUnavailable(RuntimeError):
 
 class AgentAuthError(AgentUnavailable):
     """The agent refused the token (401)."""
+
+
+class AgentReplyTooLarge(AgentUnavailable):
+    """The agent's reply is longer than the request could bring back: infrastructure (an agent
+    that misbehaves, or something else answering on its socket)."""
+
+
+def reply_limit(method: str, path: str, output_cap: int | None = None) -> int:
+    """The most bytes a well-behaved agent's reply body to ``method path`` can have: an exec's
+    two output tails JSON-escaped (up to 6 bytes each, as ``\\ufffd``), a file's
+    ``MAX_FILE_BYTES``, an archive's ``max_bytes`` plus per-entry tar overhead."""
+    from forge.sandboxes.archive import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES
+
+    route, _, query = path.partition("?")
+    if route == "/exec":
+        return 2 * 6 * (output_cap or DEFAULT_OUTPUT_CAP) + MAX_SMALL_REPLY
+    if route == "/file" and method == "GET":
+        return MAX_FILE_BYTES + MAX_SMALL_REPLY
+    if route == "/archive" and method == "GET":
+        got = parse_qs(query).get("max_bytes", [str(DEFAULT_MAX_BYTES)])[-1]
+        max_bytes = int(got) if got.isdigit() else DEFAULT_MAX_BYTES
+        return max_bytes + DEFAULT_MAX_ENTRIES * ARCHIVE_ENTRY_OVERHEAD + MAX_SMALL_REPLY
+    return MAX_SMALL_REPLY
 
 
 def agent_tree() -> dict[str, bytes]:
@@ -103,6 +133,21 @@ def agent_command(
     for addr, sock in (proxies or {}).items():
         argv += ["--proxy", f"{addr}={sock}"]
     return argv + list(extra or [])
+
+
+def _read_bounded(resp: http.client.HTTPResponse, limit: int) -> bytes:
+    """The body of ``resp``, refused (:class:`AgentReplyTooLarge`) past ``limit`` bytes: from
+    its Content-Length before reading, else after reading at most ``limit + 1`` bytes."""
+    if resp.length is not None:  # http.client parsed a Content-Length
+        if resp.length > limit:
+            raise AgentReplyTooLarge(f"reply of {resp.length} bytes exceeds the limit of {limit}")
+        return resp.read()
+    out = bytearray()  # chunked or delimited by close: in pieces (read(n) allocates n at once)
+    while chunk := resp.read(min(1 << 20, limit + 1 - len(out))):
+        out += chunk
+        if len(out) > limit:
+            raise AgentReplyTooLarge(f"reply longer than the limit of {limit} bytes")
+    return bytes(out)
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -207,10 +252,14 @@ class AgentClient:
         *,
         timeout_s: float | None = None,
         idempotent: bool = True,
+        max_reply: int | None = None,
     ) -> tuple[int, bytes]:
         """(status, body) of one request; AgentUnavailable when it cannot be completed. A
-        kept-alive connection found broken is retried once on a new one (idempotent only)."""
+        kept-alive connection found broken is retried once on a new one (idempotent only).
+        A reply body over ``max_reply`` (default :func:`reply_limit`) raises
+        :class:`AgentReplyTooLarge` without being read."""
         timeout = self.timeout_s if timeout_s is None else timeout_s
+        limit = reply_limit(method, path) if max_reply is None else max_reply
         if body is not None and len(body) > MAX_BODY:
             raise ValueError(f"{len(body)} bytes is more than the agent accepts ({MAX_BODY})")
         headers = {"Authorization": self._auth}
@@ -227,7 +276,12 @@ class AgentClient:
                     resp = conn.getresponse()
                 else:
                     resp = conn.getresponse()
-                data = resp.read()
+                data = _read_bounded(resp, limit)
+            except AgentReplyTooLarge as e:
+                self._drop(conn)
+                raise AgentReplyTooLarge(
+                    f"sandbox agent at {self.address}: {method} {path.split('?')[0]}: {e}"
+                ) from None
             except (OSError, http.client.HTTPException) as e:
                 self._drop(conn)
                 stale = isinstance(e, (ConnectionError, http.client.RemoteDisconnected))
@@ -252,8 +306,11 @@ class AgentClient:
         timeout_s: float | None = None,
         idempotent: bool = True,
         not_found: bool = False,
+        max_reply: int | None = None,
     ) -> bytes | None:
-        status, data = self.request(method, path, body, timeout_s=timeout_s, idempotent=idempotent)
+        status, data = self.request(
+            method, path, body, timeout_s=timeout_s, idempotent=idempotent, max_reply=max_reply
+        )
         if status == 200:
             return data
         try:
@@ -335,6 +392,7 @@ class AgentClient:
             json.dumps(req).encode(),
             timeout_s=max(timeout_s, 0.0) + self.exec_grace_s,
             idempotent=False,
+            max_reply=reply_limit("POST", "/exec", output_cap),
         )
         out = json.loads(data or b"{}")
         return ExecResult(

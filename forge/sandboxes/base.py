@@ -124,18 +124,28 @@ def resolve_in(roots: dict[str, Path], workspace: str, path: str) -> Path:
     raise ValueError(f"path {path!r}: too many levels of symbolic links")
 
 
-def read_regular(host: Path, path: str) -> bytes | None:
+MAX_FILE_BYTES = 256 << 20  # the largest file get_file reads (the sandbox agent's too)
+
+
+def read_regular(host: Path, path: str, max_bytes: int = MAX_FILE_BYTES) -> bytes | None:
     """The bytes of ``host`` (sandbox path ``path``, for messages) when it is a regular file,
     never following a final symlink and never blocking on a FIFO; None when it is missing or
-    not a regular file; ValueError when it cannot be read safely."""
+    not a regular file; ValueError when it cannot be read safely or is over ``max_bytes``."""
     try:  # O_NONBLOCK: a FIFO opens at once (and is refused below) instead of blocking
         fd = os.open(host, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as e:
         raise ValueError(f"path {path!r} cannot be read safely: {e}") from e
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
         os.close(fd)
         return None
+    if info.st_size > max_bytes:
+        os.close(fd)
+        raise ValueError(f"path {path!r} is {info.st_size} bytes, over the {max_bytes} limit")
     with os.fdopen(fd, "rb") as f:
-        return f.read()
+        data = f.read(max_bytes + 1)  # it may grow while read
+    if len(data) > max_bytes:
+        raise ValueError(f"path {path!r} is over the {max_bytes} limit")
+    return data
