@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from difflib import SequenceMatcher
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -63,14 +63,28 @@ class AnswerEquals(VerifierModel):
 
 
 class AnswerRegex(VerifierModel):
-    """Reward 1 when ``pattern`` is found (``re.search``) in the final answer."""
+    """Reward 1 when the final answer matches ``pattern``: the whole answer, without its
+    surrounding whitespace (``re.fullmatch``, the default), or anywhere in it (``mode:
+    search``).
+
+    A whole-answer match is the default because a pattern searched for anywhere passes an answer
+    that lists every candidate (every contact's number holds the right one): allow the prose you
+    accept around the value in the pattern itself, e.g. ``\\D*\\+49 30 5550 4411\\D*`` (any
+    text without another digit).
+    """
 
     kind: ClassVar[str] = "answer_regex"
     reads_sandbox: ClassVar[bool] = False
-    pattern: str = Field(description="Python regular expression searched for in the answer.")
+    pattern: str = Field(description="Python regular expression the answer must match.")
     flags: str = Field(
         default="",
         description="Regex flag letters: i (ignore case), m (multiline), s (dot-all), x.",
+    )
+    mode: Literal["fullmatch", "search"] = Field(
+        default="fullmatch",
+        description="fullmatch: the pattern must match the whole answer (surrounding whitespace "
+        "removed); search: anywhere in it, which passes an answer listing every candidate "
+        "unless the pattern itself says what may surround the value.",
     )
 
     _check_pattern = field_validator("pattern")(check_pattern)
@@ -79,9 +93,14 @@ class AnswerRegex(VerifierModel):
     def verify(self, sandbox: Sandbox, final_answer: str | None) -> Verdict:
         if final_answer is None:
             return Verdict(0.0, "no final answer")
-        if compile_pattern(self.pattern, self.flags).search(final_answer):
-            return Verdict(1.0, f"answer matches {self.pattern!r}")
-        return Verdict(0.0, f"answer {short(final_answer)} does not match {self.pattern!r}")
+        regex = compile_pattern(self.pattern, self.flags)
+        if self.mode == "search":
+            found, where = regex.search(final_answer), "anywhere in it"
+        else:
+            found, where = regex.fullmatch(final_answer.strip()), "as a whole"
+        if found:
+            return Verdict(1.0, f"answer matches {self.pattern!r} {where}")
+        return Verdict(0.0, f"answer {short(final_answer)} does not match {self.pattern!r} {where}")
 
 
 class AnswerChars(VerifierModel):

@@ -220,6 +220,23 @@ def test_answer_regex(sandbox) -> None:
                   "YES").reward == 1.0  # fmt: skip
 
 
+def test_answer_regex_matches_the_whole_answer_unless_told_to_search(sandbox) -> None:
+    """An unanchored pattern searched anywhere passes an answer that lists every candidate;
+    by default the whole answer (surrounding whitespace removed) must match."""
+    listing = "Lena Fischer +49 30 5550 4411\nSam Okafor +44 20 5550 9900\nPriya +1 415 555 0101"
+    whole = {"type": "answer_regex", "pattern": r"\+49 30 5550 4411"}
+    assert verify(whole, sandbox, listing).reward == 0.0
+    assert verify(whole, sandbox, "  +49 30 5550 4411\n").reward == 1.0
+    assert "as a whole" in verify(whole, sandbox, listing).detail
+    prose = {"type": "answer_regex", "pattern": r"\D*\+49 30 5550 4411\D*"}
+    assert verify(prose, sandbox, "Lena's number is +49 30 5550 4411.").reward == 1.0
+    assert verify(prose, sandbox, listing).reward == 0.0
+    search = {**whole, "mode": "search"}  # the old behaviour, now asked for by name
+    assert verify(search, sandbox, listing).reward == 1.0
+    with pytest.raises(ValueError, match="mode"):
+        build_verifier({**whole, "mode": "match"})
+
+
 def test_answer_chars_partial_credit(sandbox) -> None:
     spec = {"type": "answer_chars", "chars": "7", "min_length": 2}
     assert verify(spec, sandbox, None).reward == 0.0

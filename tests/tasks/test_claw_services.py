@@ -4,6 +4,8 @@ through real harnesses are in tests/forge/test_episode_apps.py and scripts)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from rewards import build_verifier
@@ -44,3 +46,22 @@ def test_reference_solution_passes_and_doing_nothing_fails(task: Task) -> None:
         world.call(step.service, step.op, step.args)
     assert _score(task, world, task.answer) == 1.0
     assert _score(task, World(task.apps), NOOP_ANSWER) == 0.0
+
+
+def _reads_the_answer(task: Task) -> bool:
+    top = build_verifier(task.verifier)
+    return any(
+        not isinstance(v, AppState) for v in (top.verifiers if isinstance(top, AllOf) else [top])
+    )
+
+
+@pytest.mark.parametrize("task", [t for t in SUITE if _reads_the_answer(t)], ids=lambda t: t.id)
+def test_an_answer_listing_everything_fails(task: Task) -> None:
+    """An answer that lists all the services hold (every contact's number, every event's time,
+    every attachment) holds the right value somewhere: it must not pass."""
+    world = World(task.apps)
+    for step in task.solution:
+        world.call(step.service, step.op, step.args)
+    everything = json.dumps(world.state, indent=1)
+    assert _score(task, world, everything) == 0.0
+    assert _score(task, world, str(task.answer)) == 1.0
