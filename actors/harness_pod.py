@@ -23,6 +23,7 @@ import contextlib
 import logging
 import os
 import secrets
+import socket
 import tempfile
 import time
 import uuid
@@ -33,6 +34,7 @@ from typing import Any
 import uvicorn
 from starlette.requests import Request
 
+from actors.listen import listen_tcp
 from actors.service_routes import service_routes
 from forge.config import ProxyConfig, SandboxConfig
 from forge.episode import run_attempt
@@ -146,34 +148,45 @@ class HarnessPod:
 
     # -- the proxy server -------------------------------------------------------------------
 
+    def proxy_ports(self) -> tuple[int, int]:
+        """Where the proxy may listen: on the kubernetes backend ``sandbox.kubernetes.
+        proxy_ports``, the ports the run's NetworkPolicy opens to sandbox pods (and no other
+        port of this pod); elsewhere any free port."""
+        if self.sandbox_config.backend == "kubernetes":
+            return self.sandbox_config.kubernetes.proxy_ports
+        return (0, 0)
+
     async def start(self, port: int = 0) -> str:
-        """Start serving on ``host:port`` (0 picks a free port) and on a private Unix socket."""
+        """Start serving on ``host:port`` (0: the first free port of :meth:`proxy_ports`) and
+        on a private Unix socket."""
         if self._servers:
             return self.address()
         images = ImageOptions(max_bytes=self.proxy_config.max_image_bytes)
         routes = protocol_routes(ATTEMPT_PREFIX, self, self.proxy_config.max_body_bytes, images)
         routes += service_routes(ATTEMPT_PREFIX, self)
         app = build_app(routes)
+        ports = (port, port) if port else self.proxy_ports()
+        tcp = listen_tcp(self.listen_host, ports, "sandbox.kubernetes.proxy_ports")
         self.socket_path = os.path.join(tempfile.mkdtemp(prefix="forge-pod-"), "proxy.sock")
-        # Two servers on one loop: uvicorn binds each itself (sockets handed to it lose
-        # TCP_NODELAY, which costs ~40 ms per call to delayed ACKs).
-        listen: list[dict[str, Any]] = [
-            {"host": self.listen_host, "port": port},
-            {"uds": self.socket_path},
+        # Two servers on one loop: the TCP one on the socket bound above (made with
+        # IPPROTO_TCP, so its connections keep TCP_NODELAY), the Unix one bound by uvicorn.
+        listen: list[tuple[dict[str, Any], list[socket.socket] | None]] = [
+            ({}, [tcp]),
+            ({"uds": self.socket_path}, None),
         ]
         self._servers = []
-        for where in listen:
+        for where, sockets in listen:
             config = uvicorn.Config(
                 app, log_level="warning", access_log=False, lifespan="off", **where
             )
             server = uvicorn.Server(config)
-            task = asyncio.create_task(server.serve())
+            task = asyncio.create_task(server.serve(sockets=sockets))
             while not server.started:
                 if task.done():
                     task.result()
                 await asyncio.sleep(0.01)
             self._servers.append((server, task))
-        self.port = self._servers[0][0].servers[0].sockets[0].getsockname()[1]
+        self.port = tcp.getsockname()[1]
         os.chmod(self.socket_path, 0o666)
         log.info("pod %s proxy on %s and %s", self.pod_id, self.address(), self.socket_path)
         return self.address()

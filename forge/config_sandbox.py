@@ -15,6 +15,11 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# The default proxy ports: clear of Ray's and Serve's own (6379, 8000, 8076, 8080, 8265, 9000,
+# 10001-19999 for workers, 52365, and the random ones, >= 32768).
+PROXY_PORTS = (21000, 21063)
+
+
 class KubernetesConfig(Strict):
     """``sandbox.kubernetes``: where and how the kubernetes backend makes its pods."""
 
@@ -52,10 +57,17 @@ class KubernetesConfig(Strict):
         None, description="Namespace of the HarnessPods' pods (None: the sandbox namespace)."
     )
     proxy_cidrs: tuple[str, ...] = Field(
-        (), description="Extra CIDRs sandbox pods may reach on the proxy ports."
+        (),
+        description="Extra CIDRs of HarnessPods that are not pods matching harness_selector: "
+        "sandbox pods may reach them on the proxy ports, and they may reach the agent port.",
     )
-    proxy_ports: tuple[int, int] | None = Field(
-        None, description="[first, last] TCP port range of the proxies (None: any port)."
+    proxy_ports: tuple[int, int] = Field(
+        PROXY_PORTS,
+        description="[first, last] TCP ports of the HarnessPods' proxies (inclusive). Each "
+        "HarnessPod's proxy listens on the first free one (several share a Ray pod: 8 on the "
+        "KubeRay cpu group), and the run's NetworkPolicy lets sandbox pods reach exactly these "
+        "ports of the HarnessPods' pods, nothing else of them (not Ray's own ports). Keep it "
+        "clear of every other listener in those pods.",
     )
     node_selector: dict[str, str] = Field(
         default_factory=dict, description="nodeSelector of the sandbox pods."
@@ -87,10 +99,19 @@ class KubernetesConfig(Strict):
 
     @field_validator("proxy_ports")
     @classmethod
-    def _ports(cls, ports: tuple[int, int] | None) -> tuple[int, int] | None:
-        if ports is not None and not 1 <= ports[0] <= ports[1] <= 65535:
+    def _ports(cls, ports: tuple[int, int]) -> tuple[int, int]:
+        if not 1 <= ports[0] <= ports[1] <= 65535:
             raise ValueError(f"expected [first, last] with 1 <= first <= last <= 65535: {ports}")
         return ports
+
+    @field_validator("harness_selector")
+    @classmethod
+    def _selector(cls, labels: dict[str, str]) -> dict[str, str]:
+        if not labels:  # an empty selector matches every pod: the other sandboxes too
+            raise ValueError("must name at least one label of the HarnessPods' pods")
+        if labels.get("openforge.role") == "sandbox":
+            raise ValueError("must not select the sandbox pods (openforge.role=sandbox)")
+        return labels
 
 
 class SandboxConfig(Strict):

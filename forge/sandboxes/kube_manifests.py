@@ -4,7 +4,7 @@ A sandbox is one Pod per attempt: the sandbox agent (:mod:`forge.sandboxes.agent
 the images at ``/opt/forge/agent`` by ``forge image build``) is its container's command,
 listening on ``0.0.0.0:<agent_port>``; its token is the ``FORGE_AGENT_TOKEN`` variable of the
 pod spec (see :mod:`forge.sandboxes.kubernetes` for why not a Secret). Per run, a NetworkPolicy
-lets the sandboxes reach only the HarnessPods' proxy port and be reached only from the
+lets the sandboxes reach only the HarnessPods' proxy ports and be reached only from the
 HarnessPods on the agent port; a ConfigMap stands for the run and owns every pod (deleting it
 makes the garbage collector delete them). Per HarnessPod, a Lease carries its heartbeat.
 
@@ -211,24 +211,25 @@ def network_policy(
     run: str,
     agent_port: int,
     *,
-    proxy_ports: tuple[int, int] | None = None,
+    proxy_ports: tuple[int, int],
     harness_selector: dict[str, str] | None = None,
     harness_namespace: str | None = None,
     proxy_cidrs: list[str] | None = None,
 ) -> dict[str, Any]:
     """The run's sandboxes may open connections only to the HarnessPods (pods labelled
     ``harness_selector``, in ``harness_namespace`` or the sandboxes' own; or addresses in
-    ``proxy_cidrs``) on the proxy ports (``proxy_ports``: an inclusive range; None: any port
-    of theirs, as a HarnessPod's proxy takes a free port), and accept connections only from
-    them on the agent port. Nothing else: no DNS, no other pod, no internet."""
+    ``proxy_cidrs``) on the proxy ports (``proxy_ports``: an inclusive range, where each
+    HarnessPod's proxy listens; never any port of theirs, which would open Ray's own), and
+    accept connections only from them on the agent port. Nothing else: no DNS, no other pod
+    (another sandbox included), no internet."""
+    lo, hi = proxy_ports
+    if not 1 <= lo <= hi <= 65535:
+        raise ValueError(f"proxy_ports: expected (first, last), 1 <= first <= last: {proxy_ports}")
     peers = _peers(harness_selector or HARNESS_SELECTOR, harness_namespace, proxy_cidrs or [])
-    egress: dict[str, Any] = {"to": peers}
-    if proxy_ports is not None:
-        lo, hi = proxy_ports
-        port: dict[str, Any] = {"protocol": "TCP", "port": lo}
-        if hi > lo:
-            port["endPort"] = hi
-        egress["ports"] = [port]
+    port: dict[str, Any] = {"protocol": "TCP", "port": lo}
+    if hi > lo:
+        port["endPort"] = hi
+    egress: dict[str, Any] = {"to": peers, "ports": [port]}
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

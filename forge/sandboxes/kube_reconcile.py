@@ -45,7 +45,7 @@ def setup_namespace(
     run: str,
     *,
     agent_port: int,
-    proxy_ports: tuple[int, int] | None = None,
+    proxy_ports: tuple[int, int],
     harness_selector: dict[str, str] | None = None,
     harness_namespace: str | None = None,
     proxy_cidrs: list[str] | None = None,

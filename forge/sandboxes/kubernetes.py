@@ -16,7 +16,9 @@ connections to the agent port only from the HarnessPods anyway. The token is nev
 is scrubbed from every error raised here.
 
 Pods (see :mod:`~forge.sandboxes.kube_manifests`) carry the run's labels, an owner reference to
-the run's ConfigMap, ``activeDeadlineSeconds``, requests = limits (cpu, memory, ephemeral
+the run's ConfigMap, ``activeDeadlineSeconds`` and a deadline label (the sandbox's deadline
+plus the start timeouts: the deadline the agent sees counts from the pod being ready, so image
+pulls are not the attempt's time), requests = limits (cpu, memory, ephemeral
 storage), a deterministic name (a hash of run, HarnessPod, episode, attempt and role), no
 service account token, a service account bound to nothing, and a locked-down securityContext.
 Creation takes a token from a process-wide bucket (``qps``/``burst``, jittered), and
@@ -73,6 +75,7 @@ from forge.sandboxes.kube_api import (
 log = logging.getLogger(__name__)
 BASE_ENV = {"PATH": ac.DEFAULT_PATH, "HOME": ac.HOME, "LANG": "C.UTF-8", "TZ": "UTC"}
 NETWORK = ("agent_port", "proxy_ports", "harness_selector", "harness_namespace", "proxy_cidrs")
+START_SLACK_S = 30.0  # API retries around a pod's start, beyond its two start timeouts
 
 
 KubeSettings = KubernetesConfig  # the backend reads ``sandbox.kubernetes`` as is
@@ -203,6 +206,13 @@ class KubernetesSandbox(AgentSandbox):
         reg = self.settings.registry
         return f"{reg.rstrip('/')}/{tag}" if reg else tag
 
+    def lifetime_s(self, spec: SandboxSpec) -> float:
+        """The pod's own bound (``activeDeadlineSeconds``, the deadline label): its deadline
+        plus the longest it may take to become ready (scheduling, image pulls, the agent's
+        start), which is not the attempt's time: the sandbox's deadline counts from ready."""
+        wait = self.settings.pod_start_timeout_s + self.config.start_timeout_s
+        return spec.deadline_s + wait + START_SLACK_S
+
     def manifest(self, spec: SandboxSpec, token: str, owner: dict | None, beat: str) -> dict:
         """The pod for ``spec`` (see :func:`~forge.sandboxes.kube_manifests.pod_manifest`)."""
         s, cfg = self.settings, self.config
@@ -218,7 +228,7 @@ class KubernetesSandbox(AgentSandbox):
             env=dict(BASE_ENV),
             token=token,
             agent_port=s.agent_port,
-            deadline_s=spec.deadline_s,
+            deadline_s=self.lifetime_s(spec),
             resources=km.resources(cfg.cpus, cfg.memory_mb, s.ephemeral_storage_mb),
             owner=owner,
             service_account=s.service_account,
@@ -250,7 +260,7 @@ class KubernetesSandbox(AgentSandbox):
             why = "the reconcile pass would take a pod naming it for an orphan"
             raise KubeError(f"heartbeat Lease {beat.name} could not be created ({why})")
         token = secrets.token_hex(32)
-        self.deadline = time.time() + spec.deadline_s
+        self.deadline = time.time() + self.lifetime_s(spec)  # the pod's bound until it is ready
         self.name = km.pod_name(spec.labels)
         manifest = self.manifest(spec, token, owner, beat.name)
         bucket = self._bucket or bucket_for(s.qps, s.burst)
@@ -273,6 +283,9 @@ class KubernetesSandbox(AgentSandbox):
             except ac.AgentUnavailable as e:
                 raise PodStartError(f"pod {s.namespace}/{self.name} ({self.image}) runs but "
                                     f"its sandbox agent does not answer: {e}") from e  # fmt: skip
+            # The attempt's time starts now, not at creation: waiting for a node, pulling the
+            # image and starting the agent were not the agent's doing (never past the pod's own).
+            self.deadline = min(self.deadline, time.time() + spec.deadline_s)
         except BaseException:  # leave no pod behind a failed create
             self._finalizer()
             raise

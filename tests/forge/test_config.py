@@ -204,6 +204,12 @@ def test_kubernetes_sandbox_settings_and_their_errors() -> None:
         ("sandbox.kubernetes.namespace=Not_A_Name", "sandbox.kubernetes.namespace"),
         ("sandbox.kubernetes.qps=0", "sandbox.kubernetes.qps"),
         ("sandbox.kubernetes.proxy_ports=[9000, 8000]", "sandbox.kubernetes.proxy_ports"),
+        ("sandbox.kubernetes.proxy_ports=null", "sandbox.kubernetes.proxy_ports"),  # never all
+        ("sandbox.kubernetes.harness_selector={}", "sandbox.kubernetes.harness_selector"),
+        (
+            "sandbox.kubernetes.harness_selector={openforge.role: sandbox}",
+            "sandbox.kubernetes.harness_selector",
+        ),
         ("sandbox.kubernetes.proxy_cidrs=[10.0.0.0/33]", "sandbox.kubernetes.proxy_cidrs"),
         ("sandbox.kubernetes.namespce=x", "sandbox.kubernetes.namespce"),
     ]:

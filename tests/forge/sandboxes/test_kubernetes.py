@@ -114,8 +114,11 @@ def test_create_exec_destroy_sends_what_we_expect(
     assert meta["labels"]["openforge.run"] == "run-a"
     assert meta["labels"]["openforge.attempt"] == "0"
     assert meta["labels"]["openforge.heartbeat"] == km.lease_name("run-a", "hp-0")
-    assert abs(int(meta["labels"]["openforge.deadline"]) - (time.time() + 300)) < 30
-    assert pod_spec["activeDeadlineSeconds"] == 300
+    # The pod's own bound: its 300 s plus the start timeouts (20 s pending, 30 s for the agent)
+    lifetime = 300 + 20 + 30 + kube_backend.START_SLACK_S
+    assert box.lifetime_s(s) == lifetime
+    assert abs(int(meta["labels"]["openforge.deadline"]) - (time.time() + lifetime)) < 30
+    assert pod_spec["activeDeadlineSeconds"] == lifetime
     assert pod_spec["containers"][0]["resources"]["limits"] == {
         "cpu": "1",
         "memory": "4096Mi",
@@ -147,7 +150,7 @@ def test_create_exec_destroy_sends_what_we_expect(
 
 
 def test_setup_namespace_is_idempotent(env: Env) -> None:
-    args = dict(agent_port=AGENT_PORT, policy=env.policy)
+    args = dict(agent_port=AGENT_PORT, proxy_ports=(21000, 21063), policy=env.policy)
     first = setup_namespace(env.api, env.ns, "run-a", **args)
     second = setup_namespace(env.api, env.ns, "run-a", **args)
     assert first == second and first is not None and first["uid"]

@@ -130,7 +130,7 @@ def test_label_values() -> None:
 
 
 def test_network_policy_allows_only_harness_pods() -> None:
-    p = km.network_policy("sbx", "run-1", 8937)
+    p = km.network_policy("sbx", "run-1", 8937, proxy_ports=(21000, 21063))
     validate(p)
     spec = p["spec"]
     assert spec["podSelector"]["matchLabels"] == {
@@ -140,7 +140,8 @@ def test_network_policy_allows_only_harness_pods() -> None:
     assert spec["policyTypes"] == ["Ingress", "Egress"]
     peers = [{"podSelector": {"matchLabels": {"openforge.role": "harness-pod"}}}]
     assert spec["ingress"] == [{"from": peers, "ports": [{"protocol": "TCP", "port": 8937}]}]
-    assert spec["egress"] == [{"to": peers}]  # any port of the HarnessPods, nothing else
+    proxy = [{"protocol": "TCP", "port": 21000, "endPort": 21063}]
+    assert spec["egress"] == [{"to": peers, "ports": proxy}]  # the proxies, nothing else
     q = km.network_policy(
         "sbx",
         "run-1",
@@ -158,6 +159,32 @@ def test_network_policy_allows_only_harness_pods() -> None:
     assert eg["to"][1] == {"ipBlock": {"cidr": "10.0.0.5/32"}}
     single = km.network_policy("sbx", "r", 1, proxy_ports=(8931, 8931))
     assert single["spec"]["egress"][0]["ports"] == [{"protocol": "TCP", "port": 8931}]
+
+
+def test_network_policy_always_names_the_proxy_ports() -> None:
+    """Never "every port of the HarnessPods' pods" (Ray's raylet, object manager and dashboard
+    agent listen there): with the default config, and with any config, each egress rule names
+    the proxy ports, and each ingress rule the agent port; there is no way to ask for none."""
+    from forge.config import KubernetesConfig
+    from forge.config_sandbox import PROXY_PORTS
+
+    kube = KubernetesConfig()
+    assert kube.proxy_ports == PROXY_PORTS
+    net = {k: getattr(kube, k) for k in ("harness_selector", "harness_namespace")}
+    for cidrs in ([], ["10.0.0.0/24"]):
+        p = km.network_policy("sbx", "r", kube.agent_port, proxy_ports=kube.proxy_ports,
+                              proxy_cidrs=cidrs, **net)  # fmt: skip
+        validate(p)
+        lo, hi = PROXY_PORTS
+        for rule in p["spec"]["egress"]:
+            assert rule["ports"] == [{"protocol": "TCP", "port": lo, "endPort": hi}], rule
+        for rule in p["spec"]["ingress"]:
+            assert rule["ports"] == [{"protocol": "TCP", "port": kube.agent_port}], rule
+    with pytest.raises(TypeError, match="proxy_ports"):
+        km.network_policy("sbx", "r", 8937)  # type: ignore[call-arg]
+    for bad in [(0, 10), (9000, 8000), (1, 70000)]:
+        with pytest.raises(ValueError, match="proxy_ports"):
+            km.network_policy("sbx", "r", 8937, proxy_ports=bad)
 
 
 def test_rbac_and_other_objects_validate() -> None:
