@@ -35,6 +35,8 @@ from tasks.schema import Task
 
 PREFIX = "harbor:"
 CONFIG = "task.toml"
+RUNS_AGENT_CODE = "tests_run_agent_code"  # task.toml [metadata]: the tests run the agent's code
+RUNS_AGENT_CODE_TAG = "tests-run-agent-code"
 _CANARY = re.compile(r"^(<!--.*canary.*-->|#.*canary.*)$", re.IGNORECASE)
 
 
@@ -158,12 +160,22 @@ def load_task(folder: Path) -> Task:
         "cpus": env_cfg.cpus,
         "memory_mb": env_cfg.memory_mb,
         "image": env_cfg.docker_image,
+        "user": _user(config.agent.user),
     }
+    runs_agent_code = config.metadata.get(RUNS_AGENT_CODE, True)
+    if not isinstance(runs_agent_code, bool):
+        problems.append(
+            (str(folder / CONFIG), f"metadata.{RUNS_AGENT_CODE}", "must be true or false")
+        )
+        raise TaskError(problems)
     verifier = {
         "type": "harbor_tests",
         "tests": str(folder / "tests"),
         "timeout_s": config.verifier.timeout_sec,
         "env": dict(config.verifier.env),
+        "user": _user(config.verifier.user),
+        "agent_user": _user(config.agent.user),
+        "runs_agent_code": runs_agent_code,
     }
     solve = folder / "solution" / "solve.sh"
     solution = [solution_step(solve.parent, dict(config.solution.env))] if solve.is_file() else []
@@ -176,7 +188,11 @@ def load_task(folder: Path) -> Task:
         "solution": solution,
         "limits": limits,
         "environment": environment,
-        "tags": ["harbor", *(str(t) for t in tags if isinstance(tags, list))],
+        "tags": [
+            "harbor",
+            *([RUNS_AGENT_CODE_TAG] if runs_agent_code else []),
+            *(str(t) for t in tags if isinstance(tags, list)),
+        ],
     }
     try:
         task = Task.model_validate(data)
@@ -184,6 +200,44 @@ def load_task(folder: Path) -> Task:
         raise TaskError([(str(folder), f, m) for f, m in validation_problems(e, "")]) from None
     task._source = str(folder)
     return task
+
+
+def _user(value: str | int | None) -> str | None:
+    """task.toml's ``agent.user``/``verifier.user`` (a name or a UID) as the sandbox takes it."""
+    return None if value is None else str(value)
+
+
+def in_process(task: dict[str, Any] | Task) -> bool:
+    """Whether ``task``'s tests run code the agent wrote (a Harbor task that did not declare
+    ``tests_run_agent_code = false``): a reward that code wrote cannot be told apart."""
+    data = task.model_dump() if isinstance(task, Task) else task
+    specs = data.get("verifier")
+    return any(
+        isinstance(spec, dict)
+        and spec.get("type") == "harbor_tests"
+        and spec.get("runs_agent_code", True)
+        for spec in (specs if isinstance(specs, list) else [specs])
+    )
+
+
+def refuse_for_training(tasks: list[dict[str, Any]]) -> None:
+    """TaskError naming every task whose tests run the agent's code (see :func:`in_process`):
+    the verifier cannot keep that code from writing the reward (docs/harbor.md), so training
+    never rewards it; evaluation may still run them."""
+    bad = [t for t in tasks if in_process(t)]
+    if bad:
+        raise TaskError(
+            [
+                (
+                    str(t.get("id")),
+                    f"metadata.{RUNS_AGENT_CODE}",
+                    "its tests run the agent's code, which could forge the reward: refused for "
+                    f"training (declare {RUNS_AGENT_CODE} = false in task.toml only when the "
+                    "tests never run what the agent wrote; see docs/harbor.md)",
+                )
+                for t in bad
+            ]
+        )
 
 
 def load(name: str) -> list[Task]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.harbor import strip_canary
+from tasks.harbor import in_process, refuse_for_training, strip_canary
 from tasks.loader import TaskError, load_suite
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "harbor"
@@ -33,8 +33,12 @@ def test_the_example_tasks_load_with_their_image_workdir_tests_and_oracle():
         "tests": str(EXAMPLES / "csv-total" / "tests"),
         "timeout_s": 60.0,
         "env": {},
+        "user": None,
+        "agent_user": None,
+        "runs_agent_code": False,  # [metadata] tests_run_agent_code = false
     }
     assert csv.tags == ["harbor", "files", "python"]
+    assert tasks["fix-greeting"].tags[:2] == ["harbor", "tests-run-agent-code"]
     assert tasks["port-config"].environment.workdir == "/srv/app"  # WORKDIR /srv then app
     assert tasks["fix-greeting"].verifier["env"] == {"GREETING_CASES": "Ann,Bo Li,x"}
     assert tasks["fix-greeting"].limits.timeout_s == 300.0  # no [agent] timeout: the default
@@ -93,3 +97,33 @@ def test_a_folder_without_tasks_is_refused(tmp_path: Path):
 def test_canary_lines_are_stripped_only_at_the_top():
     text = "<!-- canary GUID x -->\n# BENCHMARK DATA canary\n\nDo it.\n# canary stays\n"
     assert strip_canary(text) == "Do it.\n# canary stays\n"
+
+
+def test_agent_and_verifier_users_are_honoured(tmp_path: Path):
+    """task.toml's agent.user runs the harness (environment.user) and owns the workdir copy
+    the tests see; verifier.user runs test.sh."""
+    one = _copy(tmp_path)  # csv-total: it has [agent] and [verifier] sections
+    text = (one / "task.toml").read_text().replace("[agent]\n", '[agent]\nuser = "player"\n')
+    text = text.replace("[verifier]\n", "[verifier]\nuser = 1001\n")
+    (one / "task.toml").write_text(text)
+    (task,) = load_suite(f"harbor:{one}")
+    assert task.environment is not None and task.environment.user == "player"
+    assert (task.verifier["user"], task.verifier["agent_user"]) == ("1001", "player")
+
+
+def test_tasks_whose_tests_run_the_agents_code_are_refused_for_training(tmp_path: Path):
+    tasks = {t.id: t for t in load_suite(f"harbor:{EXAMPLES}")}
+    assert in_process(tasks["fix-greeting"]) and not in_process(tasks["csv-total"])
+    refuse_for_training([tasks["csv-total"].model_dump()])  # declared: reads files only
+    with pytest.raises(TaskError, match=r"fix-greeting: metadata\.tests_run_agent_code: its tests"):
+        refuse_for_training([t.model_dump() for t in tasks.values()])
+    undeclared = _copy(tmp_path, name="port-config", to="undeclared")
+    toml = undeclared / "task.toml"
+    toml.write_text(toml.read_text().replace("tests_run_agent_code = false\n", ""))
+    (task,) = load_suite(f"harbor:{undeclared}")
+    assert in_process(task)  # Harbor's model unless the task says otherwise
+    toml.write_text(
+        toml.read_text().replace("[metadata]\n", '[metadata]\ntests_run_agent_code = "no"\n')
+    )
+    with pytest.raises(TaskError, match=r"metadata\.tests_run_agent_code: must be true or false"):
+        load_suite(f"harbor:{undeclared}")
