@@ -39,6 +39,7 @@ from forge.progress import Progress
 from forge.sandboxes import IsolationUnavailable, check_isolation, reap_sandboxes
 from forge.task_images import TaskImageError
 from forge.task_images import prepare as prepare_task_images
+from tasks.harbor import refuse_for_training
 from tasks.loader import TaskError, load_suite
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,7 @@ class Run:
         self.tasks = [t.model_dump() for t in load_suite(config.tasks)]
         if config.task_ids:
             self.tasks = [t for t in self.tasks if t["id"] in set(config.task_ids)]
+        refuse_for_training(self.tasks)  # tests that run the agent's code: eval only
         eval_suite = config.eval_tasks or config.tasks
         self.eval_tasks = [t.model_dump() for t in load_suite(eval_suite)]
         for t in self.tasks + self.eval_tasks:
