@@ -28,12 +28,13 @@ import tempfile
 import time
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
 from starlette.requests import Request
 
+from actors.attempt_state import AttemptState
 from actors.listen import listen_tcp
 from actors.service_routes import service_routes
 from forge.config import ProxyConfig, SandboxConfig
@@ -50,32 +51,6 @@ log = logging.getLogger(__name__)
 ATTEMPT_PREFIX = "/episodes/{episode_id}/attempts/{attempt:int}"
 ENDED_MEMORY = 10_000  # ended attempts remembered for 410 answers
 MAX_REFUSALS_KEPT = 50  # 4xx answers kept per attempt (a harness may retry one forever)
-
-
-@dataclass
-class AttemptState:
-    episode_id: str
-    attempt: int
-    key: str
-    script: dict[str, Any] | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-    turns: list[Turn] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    rejected: dict[str, int] = field(default_factory=dict)
-    refusals: list[str] = field(default_factory=list)  # "STATUS message" of each 4xx answered
-    streams: list[tuple[Turn, LiveCompletion]] = field(default_factory=list)
-    images: dict[str, ImagePart] = field(default_factory=dict)  # the turns' images by sha256
-    world: World | None = None  # the task's services (actors.service_routes), if it has any
-
-    def reject(self, reason: str) -> None:
-        self.rejected[reason] = self.rejected.get(reason, 0) + 1
-
-    def settle_deliveries(self) -> None:
-        """A streamed turn was delivered when its client read the whole answer."""
-        for turn, live in self.streams:
-            turn.delivered = turn.delivered and live.completion is not None
-        self.streams.clear()
 
 
 @dataclass
@@ -220,16 +195,18 @@ class HarnessPod:
         max_tokens: int | None = None,
         temperature: float | None = None,
         apps: dict[str, Any] | None = None,
+        max_turns: int | None = None,
     ) -> dict[str, str]:
-        """Register an attempt (with its task's services, ``apps``, if any); returns its base
-        URL path, full URL and bearer key."""
+        """Register an attempt (with its task's services, ``apps``, if any, and its turn limit,
+        ``max_turns``: the call after that many answers gets 429); returns its base URL path,
+        full URL and bearer key."""
         ident = (episode_id, attempt)
         if ident in self._attempts or ident in self._ended:
             raise ValueError(f"attempt {attempt} of episode {episode_id} already exists")
         key = "forge-" + secrets.token_urlsafe(24)
         self._attempts[ident] = AttemptState(
             episode_id, attempt, key, script, max_tokens, temperature,
-            world=World(apps) if apps else None,
+            world=World(apps) if apps else None, max_turns=max_turns,
         )  # fmt: skip
         path = f"/episodes/{episode_id}/attempts/{attempt}"
         return {"path": path, "base_url": f"{self.address()}{path}/v1", "api_key": key}
@@ -238,6 +215,7 @@ class HarnessPod:
         """End an attempt: later calls with its URL get 410. Returns what was recorded."""
         ident = (episode_id, attempt)
         state = self._attempts.pop(ident)
+        state.waiting_at_close = state.in_policy > 0
         state.settle_deliveries()
         if state.images:  # handed to the Episode by run_episode
             self._closed_images[ident] = state.images
@@ -248,6 +226,10 @@ class HarnessPod:
 
     def turns(self, episode_id: str, attempt: int) -> list[Turn]:
         return list(self._attempts[(episode_id, attempt)].turns)
+
+    def attempt_state(self, episode_id: str, attempt: int) -> AttemptState:
+        """The live record of an open attempt (in this process: run_attempt's clock reads it)."""
+        return self._attempts[(episode_id, attempt)]
 
     # -- Backend (serve.http_app) -------------------------------------------------------------
 
@@ -268,9 +250,12 @@ class HarnessPod:
 
     async def count_tokens(self, ctx: Call, chat: ChatRequest) -> int:
         self._check_model(chat)
-        return len(await self.policy.tokenize_prompt.remote(chat))
+        with ctx.state.in_policy_call():
+            return len(await self.policy.tokenize_prompt.remote(chat))
 
     async def refused(self, ctx: Call, err: ProtocolError) -> None:
+        if err.status == 413:  # a history past max_body_bytes: the policy's once it had a turn
+            ctx.state.reject("history_too_large")
         refusals = ctx.state.refusals
         if len(refusals) < MAX_REFUSALS_KEPT:
             refusals.append(f"{err.status} {err.message}")
@@ -289,6 +274,9 @@ class HarnessPod:
             raise ProtocolError(
                 429, f"turn limit of {self.proxy_config.max_turns_per_attempt} calls reached"
             )
+        if state.max_turns is not None and state.delivered() >= state.max_turns:
+            state.reject("turn_limit")
+            raise ProtocolError(429, f"the task's turn limit of {state.max_turns} calls is reached")
         self._check_model(chat)
         if state.max_tokens is not None and (
             not opts.max_tokens_set or chat.sampling.max_tokens > state.max_tokens
@@ -298,10 +286,11 @@ class HarnessPod:
         chat.script = state.script
         started, t0 = time.time(), time.perf_counter()
         try:
-            if live is None:
-                completion: Completion = await self.policy.generate.remote(chat)
-            else:
-                completion = await stream_policy(self.policy, chat, live)
+            with state.in_policy_call():
+                if live is None:
+                    completion: Completion = await self.policy.generate.remote(chat)
+                else:
+                    completion = await stream_policy(self.policy, chat, live)
         except ContextLengthError as e:  # the policy's own context is full: scored, not retried
             state.reject("context_full")
             field_name = "input" if opts.protocol == "responses" else "messages"
@@ -369,8 +358,10 @@ class HarnessPod:
         episode_id: str | None = None,
         harness_options: dict[str, Any] | None = None,
         temperature: float | None = None,
+        attempt_timeout_s: float | None = None,
     ) -> Episode:
-        """Play one attempt of ``task`` with ``harness`` in a fresh sandbox; return the Episode."""
+        """Play one attempt of ``task`` with ``harness`` in a fresh sandbox; return the Episode.
+        ``attempt_timeout_s``: the caller's bound on the whole attempt (the Scheduler's)."""
         if not self._servers:
             await self.start()
         episode_id = episode_id or uuid.uuid4().hex[:16]
@@ -382,6 +373,7 @@ class HarnessPod:
             episode_id=episode_id,
             harness_options=harness_options or {},
             temperature=temperature,
+            attempt_timeout_s=attempt_timeout_s,
         )
         # the pixels of the turns' images travel with the Episode (not in its JSON line)
         episode.images = self._closed_images.pop((episode_id, attempt), {})

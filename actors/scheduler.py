@@ -356,6 +356,7 @@ class Scheduler:
             "attempt": attempt.number,
             "episode_id": attempt.episode_id,
             "temperature": temperature,
+            "attempt_timeout_s": self.rollout.attempt_timeout_s,  # the Policy's waits fit in it
         }
         try:
             call = pod.actor.run.remote(spec)  # HarnessPod.run: one argument, cheap to submit

@@ -389,6 +389,24 @@ class RunConfig(_Strict):
         Limits.model_validate(limits)  # names and bounds, as in a task file
         return limits
 
+    @model_validator(mode="after")
+    def _attempt_outlasts_task_limits(self) -> RunConfig:
+        """An attempt cut off by ``rollout.attempt_timeout_s`` before its harness's time is up
+        would be an infrastructure failure whatever the agent did; the tasks' verifiers add
+        their time when the tasks load (:func:`forge.outcome.check_attempt_timeout`)."""
+        timeout = self.task_limits.get("timeout_s")
+        if timeout is not None:
+            from forge.outcome import ATTEMPT_SLACK_S
+
+            need = float(timeout) + ATTEMPT_SLACK_S
+            if self.rollout.attempt_timeout_s < need:
+                raise ValueError(
+                    f"rollout.attempt_timeout_s: {self.rollout.attempt_timeout_s:g}s is shorter "
+                    f"than task_limits.timeout_s ({timeout:g}s) plus {ATTEMPT_SLACK_S:g}s; set "
+                    f"it to at least {need:g}s, and more for tasks whose verifiers run commands"
+                )
+        return self
+
     @field_validator("harness")
     @classmethod
     def _known_harness(cls, name: str) -> str:
@@ -501,4 +519,4 @@ def error_line(err: Any) -> str:
     key, sep, detail = msg.partition(": ")
     if sep and isinstance(err.get("input"), dict) and key in err["input"]:
         loc, msg = [*loc, key], detail
-    return f"{'.'.join(loc)}: {msg}"
+    return f"{'.'.join(loc)}: {msg}" if loc else msg  # a whole-config check names its fields

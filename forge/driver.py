@@ -28,13 +28,14 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from forge import metrics
 from forge.cluster import init_ray
-from forge.config import RunConfig
+from forge.config import ConfigError, RunConfig
 from forge.config_placement import unplaceable
 from forge.episode_images import write_images
 from forge.harnesses import require
 from forge.harnesses.install import HarnessNotInstalled
 from forge.loggers import LoggerMissing, MetricsLog
 from forge.loggers import require as require_loggers
+from forge.outcome import check_attempt_timeout
 from forge.progress import Progress
 from forge.sandboxes import IsolationUnavailable, check_isolation, reap_sandboxes
 from forge.task_images import TaskImageError
@@ -97,6 +98,7 @@ class Run:
         self.eval_tasks = [t.model_dump() for t in load_suite(eval_suite)]
         for t in self.tasks + self.eval_tasks:
             t["limits"].update(config.task_limits)
+        check_attempt_timeout(config.rollout.attempt_timeout_s, self.tasks + self.eval_tasks)
         say = lambda m: print(f"[forge] {m}", flush=True)  # noqa: E731
         prepare_task_images(self.tasks + self.eval_tasks, config.sandbox, say)
         r = config.rollout
@@ -310,6 +312,7 @@ def main(config: RunConfig, resume: bool = False) -> int:
         require_loggers(config.logging)
         run = Run(config, resume=resume)
     except (
+        ConfigError,
         TaskError,
         TaskImageError,
         HarnessNotInstalled,

@@ -4,11 +4,19 @@ create sandbox -> seed workspace -> open the attempt on the proxy -> run the har
 (under :mod:`forge.sandboxes.services_launch` when the task has services or an X display) ->
 close the attempt -> classify how it ended -> copy the workspace out, destroy the agent's
 sandbox and verify in fresh ones (``rewards.runner``) -> assemble segments. Infrastructure
-failures (sandbox or proxy error, a harness that crashed or hung on its own) mark the episode
-failed with a reason, to be retried, never a reward of 0; what the policy caused (context full,
-turn or token limit, unparseable tool calls, a timeout while the model worked) ends a real
-episode with reward 0 and its ``truncated`` reason (DESIGN.md decision 5). A wrong answer is
-reward 0.
+failures (sandbox or proxy error, a slow Policy, a harness that crashed or hung before the
+model's first answer reached it) mark the episode failed with a reason, to be retried, never a
+reward of 0; what the policy caused (context full, turn or token limit, unparseable tool calls,
+a timeout while the model worked, a harness its commands killed or that crashed right after an
+answer) ends a real episode with reward 0 and its ``truncated`` reason (DESIGN.md decision 5;
+every reason: :mod:`forge.outcome`). A wrong answer is reward 0.
+
+The task's ``timeout_s`` bounds the harness's own time: wall time less the time its calls
+spent inside the Policy (queued, generating, held by a weight update), which the proxy
+records per attempt (:class:`actors.attempt_state.AttemptState`). A :class:`HarnessClock`
+ends the harness (destroying its sandbox: the same on every backend) when that runs out; the
+Policy may keep it waiting up to what ``rollout.attempt_timeout_s`` leaves over
+(:func:`forge.outcome.harness_cap_s`), past which the attempt is ``policy_stalled``.
 """
 
 from __future__ import annotations
@@ -16,70 +24,74 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from forge.harnesses import AttemptContext, get_harness
 from forge.harnesses.app_tools import app_env, app_extra, app_mounts, cli_hint, services_via
+from forge.outcome import SANDBOX_SLACK_S, classify_end, harness_cap_s
 from forge.sandboxes import sandbox_for, services
 from forge.sandboxes.base import ExecResult, SandboxSpec
 from forge.trajectory import assemble
 from forge.types import Episode
 from rewards.runner import run_verifier
 from tasks.schema import Task
+from tasks.webapps.hosted import PAGE_KEY_ENV, Hosted
 
 if TYPE_CHECKING:
-    from actors.harness_pod import AttemptState, HarnessPod
+    from actors.attempt_state import AttemptState
+    from actors.harness_pod import HarnessPod
+
+__all__ = ["SANDBOX_SLACK_S", "HarnessClock", "classify_end", "run_attempt"]
 
 log = logging.getLogger(__name__)
 LOG_TAIL = 4000  # characters of harness output kept on the episode
-SANDBOX_SLACK_S = 60.0  # the sandbox outlives the harness timeout by this much (verification)
 
 
-def classify_end(
-    result: ExecResult | None, state: AttemptState, max_turns: int
-) -> tuple[str | None, str | None]:
-    """``(failure, truncated)`` of an attempt whose harness has returned (DESIGN.md decision 5).
+class HarnessClock:
+    """Counts a harness's own time, wall time since :meth:`run` began less the time its calls
+    spent inside the Policy, and calls ``end`` (in a thread) once it passes ``timeout_s``."""
 
-    ``failure`` names an infrastructure failure (retried in a fresh sandbox): the sandbox broke,
-    one of the task's services or its X display did not come up (``service_failed``),
-    the Policy or proxy erred, the harness hung before it ever called the model, was killed by a
-    signal, gave up after the proxy refused a request (``proxy_rejected``: a 4xx it answered,
-    listed in the episode's log), or crashed with nothing the model did to explain it.
-    ``truncated`` names what the policy caused (reward 0, trained on): the context was full,
-    the proxy's call limit or the task's turn limit was reached, the last answer was cut at the
-    token limit or held tool calls that could not be parsed, or the harness ran out of time
-    while it waited on the model or ran the model's commands. Both None: the harness finished;
-    its verifier decides.
-    """
-    if result is None:
-        return "sandbox_error", None
-    if services.service_failed(result):  # a service or the display never came up
-        return "service_failed", None
-    if state.errors:
-        return "proxy_error", None
-    if state.rejected.get("context_full"):
-        return None, "context_full"
-    if state.rejected.get("turn_limit"):
-        return None, "turn_limit"
-    delivered = [t for t in state.turns if t.delivered]
-    if result.timed_out:
-        if state.turns:
-            return None, "timeout"
-        return ("proxy_rejected" if state.refusals else "harness_hung"), None
-    if result.exit_code == 0:
-        return None, None
-    if result.exit_code < 0 or result.exit_code > 128:  # killed by a signal: not the model
-        return "harness_killed", None
-    if len(delivered) >= max_turns:
-        return None, "turn_limit"
-    last = delivered[-1] if delivered else None
-    if last is not None and last.finish_reason == "length":
-        return None, "token_limit"
-    if last is not None and last.invalid_tool_calls:
-        return None, "unparseable_tool_call"
-    if state.refusals:  # the proxy refused what the harness sent: not the harness's own crash
-        return "proxy_rejected", None
-    return "harness_crash", None
+    def __init__(self, state: AttemptState, timeout_s: float, end: Callable[[], None]) -> None:
+        self.state = state
+        self.timeout_s = timeout_s
+        self.end = end
+        self.fired = False
+
+    def used(self, start: float) -> float:
+        now = time.monotonic()
+        return now - start - self.state.policy_wait(now)
+
+    async def run(self) -> None:
+        start = time.monotonic()
+        while (left := self.timeout_s - self.used(start)) > 0:
+            await asyncio.sleep(left)  # wakes early never; late by the Policy's time, rechecked
+        self.fired = True
+        await asyncio.to_thread(self.end)
+
+
+async def run_harness(
+    sandbox: Any, command: list[str], env: dict[str, str], clock: HarnessClock, cap_s: float
+) -> ExecResult | None:
+    """Run the harness under ``clock``, at most ``cap_s`` of wall time; a harness the clock
+    ended is a timed-out result (its output, where the backend still had it)."""
+    watch = asyncio.create_task(clock.run())
+    result: ExecResult | None = None
+    try:
+        result = await asyncio.to_thread(sandbox.exec, command, cap_s, env)
+    except Exception:
+        if not clock.fired:  # the sandbox broke on its own
+            raise
+    finally:
+        if clock.fired:
+            await watch  # the sandbox is destroyed before anything reads it
+        else:
+            watch.cancel()
+    if clock.fired:
+        out, err = (result.stdout, result.stderr) if result else ("", "")
+        timeout = clock.timeout_s
+        return ExecResult(-1, out, err, timed_out=True, duration_s=timeout)
+    return result
 
 
 async def run_attempt(
@@ -90,16 +102,22 @@ async def run_attempt(
     episode_id: str,
     harness_options: dict[str, Any],
     temperature: float | None = None,
+    attempt_timeout_s: float | None = None,
 ) -> Episode:
+    """Play the attempt; ``attempt_timeout_s``: the scheduler's bound on the whole attempt,
+    which sets how long the Policy may keep the harness waiting (:func:`harness_cap_s`)."""
     task = Task.model_validate(task) if isinstance(task, dict) else task
     harness = get_harness(harness_name, **harness_options)
     adapt = getattr(harness, "adapt_task", None)  # optional: a desktop harness on a page task
     task = adapt(task) if adapt is not None else task
+    # the task's page application, kept here: the sandbox reaches it through a relay
+    pages = Hosted(task, armed=bool(getattr(harness, "opens_start_url", False)))
     start = time.perf_counter()
+    cap_s = harness_cap_s(task, attempt_timeout_s)
     labels = {"run": pod.run, "pod": pod.pod_id, "episode": episode_id, "attempt": str(attempt)}
     spec = SandboxSpec(
         labels=labels,
-        deadline_s=task.limits.timeout_s + SANDBOX_SLACK_S,
+        deadline_s=cap_s + SANDBOX_SLACK_S,
         ro_mounts={**harness.ro_mounts(), **services.mounts(task), **app_mounts(task)},
         proxy_socket=pod.socket_path,
         proxy_tcp=f"{pod.host}:{pod.port}",
@@ -115,6 +133,11 @@ async def run_attempt(
         max_tokens=task.limits.max_tokens_per_turn,
         temperature=temperature,
         apps=task.apps,
+        max_turns=task.limits.max_turns,
+        pages=pages.pages,
+    )
+    clock = HarnessClock(
+        pod.attempt_state(episode_id, attempt), task.limits.timeout_s, sandbox.destroy
     )
     result: ExecResult | None = None
     answer: str | None = None
@@ -143,15 +166,15 @@ async def run_attempt(
         for path, content in harness.files(ctx).items():
             sandbox.put_file(path, content)
         env = app_env(task, ctx, harness.env(ctx))
-        result = await asyncio.to_thread(
-            sandbox.exec,
-            services.wrap(task, ctx, harness.command(ctx), env),
-            task.limits.timeout_s,
-            env,
-        )
+        names = list(env)  # the harness's own: its services (the page relay) do not get them
+        env = {**env, PAGE_KEY_ENV: info["api_key"]} if pages.ports else env
+        command = services.wrap(pages.relayed(task, base), ctx, harness.command(ctx), names)
+        result = await run_harness(sandbox, command, env, clock, cap_s)
         answer_file = getattr(harness, "answer_file", None)  # optional: the agent writes it
         answer_path = answer_file(ctx) if answer_file is not None else None
-        if answer_path is None:
+        if clock.fired:  # its sandbox is gone, and a timed-out attempt is not verified
+            answer = None
+        elif answer_path is None:
             answer = harness.final_answer(result)
         else:  # read before the sandbox goes; a file the agent made unreadable is no answer
             try:
@@ -168,7 +191,8 @@ async def run_attempt(
         pod.sandboxes.discard(sandbox)
         raise
     state = pod.close_attempt(episode_id, attempt)
-    failure, truncated = classify_end(result, state, task.limits.max_turns)
+    stalled = result is not None and result.timed_out and not clock.fired
+    failure, truncated = classify_end(result, state, task.limits.max_turns, stalled=stalled)
     verifier_boxes: list[Any] = []
 
     def new_sandbox() -> Any:  # the verifier's own sandboxes: same backend, fresh, no harness
@@ -180,7 +204,7 @@ async def run_attempt(
     try:
         if failure is None and truncated is None:
             # copies the workspace out, destroys the agent's sandbox, verifies in fresh ones
-            apps = state.world.snapshot() if state.world else None
+            apps = {**(state.world.snapshot() if state.world else {}), **pages.state()} or None
             verdict = await asyncio.to_thread(
                 run_verifier, task, sandbox, answer, new_sandbox, labels, apps=apps
             )

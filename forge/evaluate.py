@@ -49,6 +49,7 @@ from forge.episode_images import write_images
 from forge.fidelity import wire_fidelity
 from forge.harnesses import HARNESSES, require
 from forge.harnesses.install import HarnessNotInstalled
+from forge.outcome import check_attempt_timeout
 from forge.sandboxes import IsolationUnavailable, check_isolation
 from forge.types import Episode
 
@@ -270,6 +271,7 @@ def evaluate(config: RunConfig, agents: list[Agent], k: int, out: Path) -> dict[
         tasks = [t for t in tasks if t["id"] in set(config.task_ids)]
     for t in tasks:
         t["limits"].update(config.task_limits)
+    check_attempt_timeout(config.rollout.attempt_timeout_s, tasks)  # evaluate runs the same
     prepare_task_images(tasks, config.sandbox, lambda m: print(f"[forge] {m}", flush=True))
     init_ray(
         num_cpus=max(os.cpu_count() or 1, *(r.cpus_needed(trainer=False) for r in runs.values()))

@@ -44,7 +44,13 @@ TASK_FILES = "task"  # under VERIFIER_DIR: the task's seeded files, pristine
 MAX_WORKSPACE_BYTES = 64 << 20
 SLACK_S = 30.0  # a verifier sandbox outlives its commands' timeouts by this much
 
-__all__ = ["MAX_WORKSPACE_BYTES", "VERIFIER_DIR", "run_verifier", "verifier_files"]
+__all__ = [
+    "MAX_WORKSPACE_BYTES",
+    "VERIFIER_DIR",
+    "run_verifier",
+    "verifier_files",
+    "verifier_seconds",
+]
 
 
 class _NoSandbox:
@@ -73,6 +79,11 @@ def verifier_files(task: Task, verifiers: list[VerifierModel]) -> dict[str, str]
 
 def _deadline(verifiers: list[VerifierModel]) -> float:
     return sum(getattr(v, "timeout_s", 0.0) for v in verifiers if v.runs_commands) + SLACK_S
+
+
+def verifier_seconds(task: Task) -> float:
+    """The most time ``task``'s verifiers' commands may take (their timeouts, summed)."""
+    return _deadline(_flatten(build_verifier(task.verifier))) - SLACK_S
 
 
 class _VerifierBox:
