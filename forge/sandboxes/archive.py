@@ -9,8 +9,9 @@ descriptors and ``O_NOFOLLOW`` at every step:
   text, never resolved on the host); FIFOs, sockets and devices are left out;
 - a hard link is stored as a plain copy of its file;
 - permission bits are kept without setuid, setgid and sticky; owners are not;
-- the sum of file sizes and the number of entries are capped (:class:`ArchiveTooLarge`),
-  checked from ``stat`` before anything is read, so a huge sparse file costs nothing.
+- the sum of file sizes, the number of entries and the depth are capped
+  (:class:`ArchiveTooLarge`), checked from ``stat`` before anything is read, so a huge sparse
+  file costs nothing; the walk keeps its own stack, so no tree makes it recurse.
 
 :func:`unpack_into` accepts any tar (another backend's too) but creates only directories,
 regular files and symlinks, under its root, through parents it created or found as real
@@ -32,11 +33,19 @@ from forge.sandboxes.base import ArchiveTooLarge
 
 DEFAULT_MAX_BYTES = 64 << 20  # file bytes in one archive
 DEFAULT_MAX_ENTRIES = 20_000
+DEFAULT_MAX_DEPTH = 128  # levels of directories in one archive
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _PERM = 0o777  # mode bits kept (no setuid, setgid, sticky)
 
-__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_ENTRIES", "ArchiveTooLarge", "pack_dir", "unpack_into"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_MAX_DEPTH",
+    "DEFAULT_MAX_ENTRIES",
+    "ArchiveTooLarge",
+    "pack_dir",
+    "unpack_into",
+]
 
 
 class _Budget:
@@ -65,54 +74,84 @@ def _read_regular(dir_fd: int, name: str, size: int) -> bytes | None:
         return f.read(size)  # a file that grew since stat is cut at the size that was budgeted
 
 
-def _walk(dir_fd: int, prefix: str, budget: _Budget) -> Iterator[tuple[tarfile.TarInfo, bytes]]:
-    for name in sorted(os.listdir(dir_fd)):
-        rel = f"{prefix}{name}"
-        try:
-            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        except OSError:  # vanished meanwhile
-            continue
-        info = tarfile.TarInfo(rel)
-        info.mode, info.mtime = st.st_mode & _PERM, int(st.st_mtime)
-        if stat.S_ISLNK(st.st_mode):
-            budget.take(0, rel)
-            info.type, info.linkname = tarfile.SYMTYPE, os.readlink(name, dir_fd=dir_fd)
-            yield info, b""
-        elif stat.S_ISREG(st.st_mode):
-            budget.take(st.st_size, rel)
-            data = _read_regular(dir_fd, name, st.st_size)
-            if data is not None:
-                info.size = len(data)
-                yield info, data
-        elif stat.S_ISDIR(st.st_mode):
-            budget.take(0, rel)
-            try:
-                sub = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-            except OSError:  # replaced by something else, or unreadable: left out
+class _Dir:
+    """A directory being walked: its descriptor, its name in the archive, its entries left."""
+
+    def __init__(self, fd: int, prefix: str) -> None:
+        self.fd, self.prefix = fd, prefix
+        self.names = iter(sorted(os.listdir(fd)))
+
+
+def _walk(root_fd: int, budget: _Budget, max_depth: int) -> Iterator[tuple[tarfile.TarInfo, bytes]]:
+    """The entries under ``root_fd``, parents before children, walked with an explicit stack
+    (a tree thousands of levels deep neither recurses nor holds more than ``max_depth``
+    descriptors: deeper is :class:`ArchiveTooLarge`)."""
+    stack = [_Dir(os.dup(root_fd), "")]
+    try:
+        while stack:
+            top = stack[-1]
+            name = next(top.names, None)
+            if name is None:
+                os.close(stack.pop().fd)
                 continue
-            info.type = tarfile.DIRTYPE
-            yield info, b""
+            dir_fd, rel = top.fd, f"{top.prefix}{name}"
             try:
-                yield from _walk(sub, rel + "/", budget)
-            finally:
-                os.close(sub)
-        # FIFOs, sockets and devices are left out
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except OSError:  # vanished meanwhile
+                continue
+            info = tarfile.TarInfo(rel)
+            info.mode, info.mtime = st.st_mode & _PERM, int(st.st_mtime)
+            if stat.S_ISLNK(st.st_mode):
+                budget.take(0, rel)
+                info.type, info.linkname = tarfile.SYMTYPE, os.readlink(name, dir_fd=dir_fd)
+                yield info, b""
+            elif stat.S_ISREG(st.st_mode):
+                budget.take(st.st_size, rel)
+                data = _read_regular(dir_fd, name, st.st_size)
+                if data is not None:
+                    info.size = len(data)
+                    yield info, data
+            elif stat.S_ISDIR(st.st_mode):
+                budget.take(0, rel)
+                if len(stack) >= max_depth:
+                    raise ArchiveTooLarge(
+                        f"more than {max_depth} levels of directories (at {rel!r})"
+                    )
+                try:
+                    sub = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+                except OSError:  # replaced by something else, or unreadable: left out
+                    continue
+                try:
+                    entry = _Dir(sub, rel + "/")
+                except OSError:
+                    os.close(sub)
+                    continue
+                stack.append(entry)
+                info.type = tarfile.DIRTYPE
+                yield info, b""
+            # FIFOs, sockets and devices are left out
+    finally:
+        for d in stack:
+            os.close(d.fd)
 
 
 def pack_dir(
-    root: Path | str, max_bytes: int = DEFAULT_MAX_BYTES, max_entries: int = DEFAULT_MAX_ENTRIES
+    root: Path | str,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_entries: int = DEFAULT_MAX_ENTRIES,
+    max_depth: int = DEFAULT_MAX_DEPTH,
 ) -> bytes:
     """An uncompressed tar of the contents of directory ``root`` (names relative to it).
 
     ``root`` itself must be a real directory (not a symlink). Raises :class:`ArchiveTooLarge`
-    past ``max_bytes`` of file data or ``max_entries`` entries.
+    past ``max_bytes`` of file data, ``max_entries`` entries or ``max_depth`` levels.
     """
     budget = _Budget(max_bytes, max_entries)
     fd = os.open(root, _DIR_FLAGS)
     out = io.BytesIO()
     try:
         with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for info, data in _walk(fd, "", budget):
+            for info, data in _walk(fd, budget, max_depth):
                 tar.addfile(info, io.BytesIO(data) if info.isreg() else None)
     finally:
         os.close(fd)
@@ -162,10 +201,16 @@ def _write_file(dir_fd: int, name: str, data: bytes, mode: int) -> None:
         os.fchmod(fd, mode)
 
 
-def unpack_into(root: Path | str, data: bytes, max_bytes: int = DEFAULT_MAX_BYTES * 2) -> None:
+def unpack_into(
+    root: Path | str,
+    data: bytes,
+    max_bytes: int = DEFAULT_MAX_BYTES * 2,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+) -> None:
     """Extract tar ``data`` into directory ``root`` (created if missing); see the module
     docstring for what is created and how. Raises ValueError for a member whose name leaves
-    ``root``, :class:`ArchiveTooLarge` past ``max_bytes`` of file data."""
+    ``root``, :class:`ArchiveTooLarge` past ``max_bytes`` of file data or for a member more
+    than ``max_depth`` levels down."""
     Path(root).mkdir(parents=True, exist_ok=True)
     root_fd = os.open(root, _DIR_FLAGS)
     dir_modes: list[tuple[list[str], int, int]] = []
@@ -176,6 +221,10 @@ def unpack_into(root: Path | str, data: bytes, max_bytes: int = DEFAULT_MAX_BYTE
                 if not (member.isdir() or member.isfile() or member.issym() or member.islnk()):
                     continue
                 parts = _safe_parts(member.name)
+                if len(parts) > max_depth:
+                    raise ArchiveTooLarge(
+                        f"member {member.name[:200]!r}: more than {max_depth} levels"
+                    )
                 mode = member.mode & _PERM
                 parent = _open_parent(root_fd, parts)
                 try:

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
-import shutil
 import signal
 import socket
+import stat
 import tempfile
 import time
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 LABELS_FILE = ".forge-labels.json"
 
@@ -29,20 +32,108 @@ def default_root() -> Path:
     return Path(tempfile.gettempdir()) / "openforge-sandboxes"
 
 
-def rmtree(path: Path) -> None:
-    if not os.path.lexists(path):
-        return
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_cleanup_failures = 0
+
+
+def cleanup_failures() -> int:
+    """How many :func:`rmtree` calls in this process left something behind."""
+    return _cleanup_failures
+
+
+class _Level:
+    """A directory being emptied: its name in its parent, its identity, its subdirectories
+    still to empty."""
+
+    def __init__(self, name: str, st: os.stat_result, fd: int) -> None:
+        self.name, self.ident = name, (st.st_dev, st.st_ino)
+        self.subdirs: list[str] = []
+        for entry in os.listdir(fd):
+            try:
+                est = os.stat(entry, dir_fd=fd, follow_symlinks=False)
+                if stat.S_ISDIR(est.st_mode):
+                    self.subdirs.append(entry)
+                else:
+                    os.unlink(entry, dir_fd=fd)
+            except FileNotFoundError:
+                continue
+
+
+def _open_dir(name: str, dir_fd: int | None) -> tuple[int, os.stat_result]:
+    """Open directory ``name`` (never through a symlink), made searchable and writable first
+    (an agent may have left it ``chmod 000``)."""
+    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if not stat.S_ISDIR(st.st_mode):
+        raise NotADirectoryError(name)
+    if stat.S_IMODE(st.st_mode) & 0o700 != 0o700:
+        os.chmod(name, 0o700, dir_fd=dir_fd)  # a directory, as just checked: no link followed
+    fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    got = os.fstat(fd)
+    if (got.st_dev, got.st_ino) != (st.st_dev, st.st_ino):
+        os.close(fd)
+        raise OSError(f"{name} changed while it was being removed")
+    return fd, got
+
+
+def _remove_tree(path: Path) -> None:
+    """Delete ``path`` and everything under it, depth first without recursion, holding at most
+    two descriptors whatever the depth: it goes down by name (``O_NOFOLLOW``) and back up by
+    ``..``, checked to be the directory it came from."""
+    parent = os.open(path.parent, _DIR_FLAGS)
     try:
-        shutil.rmtree(path)
-    except OSError:
-        # Unreadable dirs left by the agent (chmod 000): open them up, never through symlinks.
-        for dirpath, dirnames, _ in os.walk(path):
-            for dn in dirnames:
-                p = os.path.join(dirpath, dn)
-                if not os.path.islink(p):
-                    with contextlib.suppress(OSError):
-                        os.chmod(p, 0o700)
-        shutil.rmtree(path, ignore_errors=True)
+        st = os.stat(path.name, dir_fd=parent, follow_symlinks=False)
+        if not stat.S_ISDIR(st.st_mode):
+            os.unlink(path.name, dir_fd=parent)
+            return
+        fd, st = _open_dir(path.name, parent)
+    finally:
+        os.close(parent)
+    try:
+        levels = [_Level(path.name, st, fd)]
+        while levels:
+            top = levels[-1]
+            if top.subdirs:
+                name = top.subdirs.pop()
+                try:
+                    sub, sub_st = _open_dir(name, fd)
+                except (FileNotFoundError, NotADirectoryError):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(name, dir_fd=fd)
+                    continue
+                os.close(fd)
+                fd = sub
+                levels.append(_Level(name, sub_st, fd))
+                continue
+            levels.pop()
+            up = os.open("..", _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = up
+            up_st = os.fstat(fd)
+            if levels and (up_st.st_dev, up_st.st_ino) != levels[-1].ident:
+                raise OSError(f"{path}: a directory moved while it was being removed")
+            if levels:
+                os.rmdir(top.name, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(path)
+
+
+def rmtree(path: Path) -> bool:
+    """Delete ``path`` and everything in it, whatever an agent left there (thousands of levels,
+    ``chmod 000`` directories, links, which are removed, never followed). Never raises: what
+    it cannot remove is logged and counted (:func:`cleanup_failures`), and False returned."""
+    global _cleanup_failures
+    if not os.path.lexists(path):
+        return True
+    try:
+        _remove_tree(Path(path))
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError) as e:
+        _cleanup_failures += 1
+        log.warning("could not remove %s: %s: %s", path, type(e).__name__, e)
+        return False
+    return True
 
 
 def dir_name(labels: dict[str, str]) -> str:
@@ -111,7 +202,8 @@ def kill_processes_in(d: Path) -> int:
 def reap_orphans(root: str | Path | None = None, run: str | None = None) -> int:
     """Delete sandbox directories under ``root`` (of ``run`` only, when given) whose creator
     process on this host is dead or whose deadline has passed, after killing the processes
-    still running in them; return how many were removed."""
+    still running in them; return how many were removed. One that cannot be removed is logged
+    and counted (:func:`cleanup_failures`) and left for the next pass: it never stops a run."""
     root = Path(root) if root is not None else default_root()
     if not root.is_dir():
         return 0
@@ -119,16 +211,16 @@ def reap_orphans(root: str | Path | None = None, run: str | None = None) -> int:
     for d in root.iterdir():
         try:
             record = json.loads((d / LABELS_FILE).read_text())
-        except (OSError, ValueError):
+            labels = record.get("labels") or {}
+            if run is not None and labels.get("run") != run:
+                continue
+            expired = now > float(record.get("deadline", 0))
+            dead = record.get("host") == here and not _pid_alive(
+                int(record.get("pid", 0)), record.get("pid_start")
+            )
+        except (OSError, ValueError, TypeError, AttributeError):
             continue  # not a sandbox, or one still being created
-        if run is not None and record.get("labels", {}).get("run") != run:
-            continue
-        expired = now > float(record.get("deadline", 0))
-        dead = record.get("host") == here and not _pid_alive(
-            int(record.get("pid", 0)), record.get("pid_start")
-        )
         if expired or dead:
             kill_processes_in(d)
-            rmtree(d)
-            removed += 1
+            removed += rmtree(d)  # one it cannot remove is logged and counted, never fatal
     return removed

@@ -175,3 +175,26 @@ def test_local_sandbox_archive_between_two_sandboxes(
         a.get_archive("d/e/f")
     with pytest.raises(ValueError):
         a.get_archive("/etc")
+
+
+def test_a_tree_thousands_deep_is_too_large_not_a_crash(tmp_path: Path) -> None:
+    """A 1,200-deep workspace made the recursive walk raise RecursionError (an infrastructure
+    failure); the walk keeps its own stack and refuses past its depth cap."""
+    from tests.forge.sandboxes.test_orphans import deep
+
+    src = deep(tmp_path / "src", 1200)
+    with pytest.raises(ArchiveTooLarge, match="levels"):
+        pack_dir(src)
+    shallow = deep(tmp_path / "shallow", 20)
+    got = members(pack_dir(shallow, max_depth=21))
+    assert len(got) == 21 and got["/".join(["d"] * 20) + "/f"].size == 6
+    with pytest.raises(ArchiveTooLarge, match="levels"):
+        pack_dir(shallow, max_depth=20)
+
+
+def test_unpack_refuses_a_member_past_the_depth_cap(tmp_path: Path) -> None:
+    name = "/".join(["d"] * 200) + "/f"
+    with pytest.raises(ArchiveTooLarge, match="levels"):
+        unpack_into(tmp_path / "d", crafted((name, "file", b"x")))
+    unpack_into(tmp_path / "ok", crafted((name, "file", b"x")), max_depth=201)
+    assert (tmp_path / "ok" / name).read_text() == "x"
