@@ -23,7 +23,9 @@ processor, so they load back as a Policy engine's model.
 
 A step whose loss or gradient norm is not finite is skipped: no optimizer step, the weights and
 optimizer state stay as they were, the version does not change (so nothing is published), and
-``nonfinite_skipped`` counts it, with a warning in the log.
+``nonfinite_skipped`` counts it, with a warning in the log. The step is atomic: with several
+updates in it (``ppo_mini_batches`` or ``ppo_epochs`` above 1) a non-finite one undoes those made
+before it, from a CPU copy of the weights and optimizer state taken when the step began.
 """
 
 from __future__ import annotations
@@ -31,9 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ import torch
 from torch import Tensor
 
 from actors.replay_buffer import unbox
+from actors.trainer_state import restore, snapshot, write_checkpoint
 from forge.batching import MicroBatch, build_rows, micro_batches
 from forge.config import TrainerConfig
 from forge.grpo import group_advantages, kl_penalty, policy_loss, truncated_is_weights
@@ -109,27 +110,6 @@ def grpo_batch(
         "staleness_max": float(version - min(versions)) if versions else 0.0,
     }
     return episodes, advantages, stats
-
-
-def write_checkpoint(
-    path: str | os.PathLike[str], fill: Callable[[Path], None], state: dict[str, Any]
-) -> str:
-    """A checkpoint folder made whole or not at all: ``fill`` writes its files into a temporary
-    folder beside ``path``, then ``trainer_state.json`` (``state``), then it takes ``path``'s
-    place (an older one there is removed after)."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    fill(tmp)
-    (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2))
-    old = target.with_name(f".{target.name}.old{os.getpid()}")
-    if target.exists():
-        target.replace(old)
-    tmp.replace(target)
-    shutil.rmtree(old, ignore_errors=True)
-    return str(target)
 
 
 class Trainer:
@@ -208,6 +188,8 @@ class Trainer:
         trainer_old: dict[int, Tensor] = {}  # per micro-batch, before the update (tis only)
         steps = skipped = 0
         updates = [(e, mini) for e in range(cfg.ppo_epochs if batches else 0) for mini in minis]
+        # several updates: a later non-finite one must undo the earlier ones (an atomic step)
+        saved = snapshot(self.model, self.optimizer) if len(updates) > 1 else None
         for epoch, mini in updates:
             self._ramp_lr()
             self.optimizer.zero_grad(set_to_none=True)
@@ -232,15 +214,22 @@ class Trainer:
             if not bool(torch.isfinite(epoch_loss) & torch.isfinite(norm)):
                 skipped = 1
                 self.nonfinite_skipped += 1
+                if saved is not None and steps:
+                    restore(self.model, self.optimizer, saved)
                 log.warning(
-                    "trainer step %d (epoch %d): non-finite loss %s or gradient norm %s; step "
-                    "skipped, weights and optimizer state unchanged (%d skipped so far)",
+                    "trainer step %d (epoch %d, update %d of %d): non-finite loss %s or gradient "
+                    "norm %s; step skipped, %d earlier update(s) of it undone, weights and "
+                    "optimizer state as before the step (%d skipped so far)",
                     self.step + 1,
                     epoch,
+                    steps + 1,
+                    len(updates),
                     float(epoch_loss),
                     float(norm),
+                    steps,
                     self.nonfinite_skipped,
                 )
+                steps = 0
                 break
             self.optimizer.step()
             steps += 1

@@ -363,6 +363,62 @@ def test_nonfinite_step_is_skipped(groups, poison, caplog: pytest.LogCaptureFixt
         assert m["nonfinite_skipped"] == 0 and m["nonfinite_skipped_total"] == 1
 
 
+def _nan_logprob_in_the_second_mini_batch(
+    trainer: Trainer, groups: list[list[Episode]]
+) -> list[list[Episode]]:
+    # an engine's NaN sampling logprob on episode 1, which mini-batch 2 takes (episodes[1::2])
+    ep = groups[0][1]
+    seg = ep.segments[0]
+    i = seg.loss_mask.index(1)
+    bad = replace(seg, logprobs=[*seg.logprobs[:i], float("nan"), *seg.logprobs[i + 1 :]])
+    poisoned = replace(ep, segments=[bad, *ep.segments[1:]])
+    return [[groups[0][0], poisoned, *groups[0][2:]], groups[1]]
+
+
+def _inf_gradient_after_the_first_update(
+    trainer: Trainer, groups: list[list[Episode]]
+) -> list[list[Episode]]:
+    # the first update of the step is clean; every gradient after it overflows on one parameter
+    param = next(trainer.model.parameters())
+    start = int(trainer.optimizer.state[param]["step"])
+    param.register_hook(
+        lambda g: g * float("inf") if int(trainer.optimizer.state[param]["step"]) > start else g
+    )
+    return groups
+
+
+@pytest.mark.parametrize(
+    ("config", "poison"),
+    [
+        ({"ppo_mini_batches": 2}, _nan_logprob_in_the_second_mini_batch),
+        ({"ppo_mini_batches": 2}, _inf_gradient_after_the_first_update),
+        ({"ppo_epochs": 2}, _inf_gradient_after_the_first_update),
+    ],
+    ids=["nan-logprob-mini-batch-2", "inf-grad-mini-batch-2", "inf-grad-epoch-2"],
+)
+def test_a_later_nonfinite_update_undoes_the_whole_step(
+    groups, config, poison, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Several updates in one step (mini-batches, epochs): the first applies, a later one is not
+    finite; the step is skipped as a whole, the first update undone, bit for bit."""
+    trainer = Trainer({"lr": 1e-3, **config}, seed=SEED)
+    trainer.train_step(groups)  # the optimizer has state to keep
+    weights, opt = _bits(trainer.get_weights()), _opt_bits(trainer)
+    bad = poison(trainer, groups)
+    with caplog.at_level(logging.WARNING, logger="actors.trainer"):
+        m = trainer.train_step(bad)
+    assert m["nonfinite_skipped"] == 1 and m["updated"] == 0
+    assert m["version"] == 1 and trainer.get_version() == 1 and trainer.step == 1
+    after = _bits(trainer.get_weights())
+    assert all(torch.equal(weights[k], after[k]) for k in weights)  # the first update undone
+    assert all(torch.equal(a, b) for a, b in zip(opt, _opt_bits(trainer), strict=True))
+    assert all(p.grad is None for p in trainer.model.parameters())
+    assert "update 2 of 2" in caplog.text and "1 earlier update(s) of it undone" in caplog.text
+    if poison is _nan_logprob_in_the_second_mini_batch:  # it trains on as if the step never ran
+        m = trainer.train_step(groups)
+        assert m["updated"] == 1 and trainer.get_version() == 2
+
+
 @pytest.fixture(scope="module")
 def hot_groups(engine: TorchEngine) -> list[list[Episode]]:
     rewards = [1.0, 0.0, 0.0, 1.0]
