@@ -37,10 +37,11 @@ def test_the_deadline_counts_from_the_pod_being_ready(kubelet) -> None:
     kube, let = kubelet
     released = threading.Event()
     let.hold = lambda name: not released.is_set()  # Pending: no node yet, or an image pull
-    settings = KubeSettings(namespace=NS, agent_port=18941, pod_start_timeout_s=60,
-                            heartbeat_s=3600)  # fmt: skip
-    box = KubernetesSandbox(settings=settings, api=kube.client(),
-                            policy=RetryPolicy(timeout_s=10), bucket=TokenBucket(100, 100))  # fmt: skip
+    settings = KubeSettings(
+        namespace=NS, agent_port=18941, pod_start_timeout_s=60, heartbeat_s=3600
+    )
+    policy, bucket = RetryPolicy(timeout_s=10), TokenBucket(100, 100)
+    box = KubernetesSandbox(settings=settings, api=kube.client(), policy=policy, bucket=bucket)
     labels = {"run": "r", "pod": "hp-0", "episode": "e", "attempt": "0"}
     spec = SandboxSpec(labels=labels, deadline_s=300, proxy_tcp="10.0.0.9:21000")
     created: list[BaseException] = []

@@ -13,6 +13,7 @@ import pytest
 
 from actors.harness_pod import HarnessPod
 from forge.config import PolicyConfig, ProxyConfig, SandboxConfig
+from forge.config_sandbox import PROXY_PORTS
 from forge.sandboxes import check_isolation
 from serve.policy import deploy_policy
 from tasks import load_suite
@@ -44,7 +45,7 @@ def test_react_episode_in_kubernetes_pods_oracle_1(ray_cluster, cluster, docker_
         .options(num_cpus=0.25)
         .remote(oracle, pod_id="k8s-a", run=RUN, sandbox=sandbox)
     )
-    ray.get(pod.start.remote())
+    url = ray.get(pod.start.remote())
     task = next(t for t in load_suite("smoke") if t.id == "json_extract")
     try:
         good = ray.get(pod.run_episode.remote(task.model_dump(), "react", episode_id="g"))
@@ -57,3 +58,10 @@ def test_react_episode_in_kubernetes_pods_oracle_1(ray_cluster, cluster, docker_
     assert images == sorted([docker_images["react"], docker_images["base"]])  # harness, verifier
     assert {p["metadata"]["labels"]["openforge.run"] for p in posted} == {RUN}
     assert kube.objects("v1/pods", NS) == {}
+    # The default proxy_ports: the proxy listens on one, and the run's NetworkPolicy lets its
+    # sandbox pods reach exactly those ports of the HarnessPods' pods.
+    lo, hi = PROXY_PORTS
+    assert lo <= int(url.rsplit(":", 1)[1]) <= hi
+    [policy] = kube.objects("networking.k8s.io/v1/networkpolicies", NS).values()
+    ports = [{"protocol": "TCP", "port": lo, "endPort": hi}]
+    assert [rule["ports"] for rule in policy["spec"]["egress"]] == [ports]

@@ -124,3 +124,67 @@ def test_concurrent_creates_set_the_run_up_once(monkeypatch: pytest.MonkeyPatch)
     assert owners == [{"uid": "owner-of-run-x"}] * 8
     assert calls == ["run-x", "run-x"]  # the failed one, then one for all eight
     kube_backend.shutdown()
+
+
+def test_a_default_run_fences_its_sandboxes_to_the_proxy_ports(kube: KMock) -> None:
+    """A run with the default ``sandbox.kubernetes`` (only the API's URL and the namespace
+    given), against kmock with the local kubelet: the HarnessPod's proxy listens on a port of
+    ``proxy_ports``; its sandbox (made as an attempt makes it, handed the proxy's address)
+    runs; and the NetworkPolicy the run created lets the run's sandbox pods reach exactly
+    those ports of the HarnessPods' pods (no other port, no other peer) and be reached only
+    from them, on the agent port. (A whole episode on the default config, in pods of the test
+    dockerd: test_kubernetes_episode.py.)"""
+    import asyncio
+
+    import yaml
+
+    from actors.harness_pod import HarnessPod
+    from forge.config_sandbox import PROXY_PORTS
+
+    from .kube_controller import LocalKubelet
+
+    ns, run = "fenced", "default-run"
+    sandbox = {"backend": "kubernetes", "kubernetes": {"api_url": kube.url, "namespace": ns}}
+    assert SandboxConfig.model_validate(sandbox).kubernetes.proxy_ports == PROXY_PORTS
+
+    async def play() -> tuple[int, str]:
+        pod = HarnessPod(None, pod_id="hp-0", run=run, sandbox=sandbox)
+        await pod.start()
+        try:
+            box = sandbox_for(pod.sandbox_config, "command")
+            labels = {"run": run, "pod": pod.pod_id, "episode": "e", "attempt": "0"}
+            spec = SandboxSpec(labels=labels, proxy_tcp=f"{pod.host}:{pod.port}")
+            await asyncio.to_thread(box.create, spec)
+            try:
+                out = (await asyncio.to_thread(box.exec, ["echo", "up"], 10)).stdout
+            finally:
+                box.destroy()
+            return pod.port or 0, out
+        finally:
+            await pod.stop()
+
+    kubelet = LocalKubelet(kube, ns)
+    try:
+        port, out = asyncio.run(play())
+    finally:
+        kubelet.close()
+        kube_backend.shutdown()
+    assert out == "up\n"
+    lo, hi = PROXY_PORTS
+    assert lo <= port <= hi
+    [policy] = kube.objects("networking.k8s.io/v1/networkpolicies", ns).values()
+    spec = policy["spec"]
+    harness_pods = [{"podSelector": {"matchLabels": {"openforge.role": "harness-pod"}}}]
+    assert spec["egress"] == [
+        {"to": harness_pods, "ports": [{"protocol": "TCP", "port": lo, "endPort": hi}]}
+    ]
+    agent = SandboxConfig().kubernetes.agent_port
+    assert spec["ingress"] == [
+        {"from": harness_pods, "ports": [{"protocol": "TCP", "port": agent}]}
+    ]
+    assert spec["podSelector"]["matchLabels"] == {"openforge.run": run, "openforge.role": "sandbox"}
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    rendered = {k: policy[k] for k in ("apiVersion", "kind")}
+    rendered["metadata"] = {k: policy["metadata"][k] for k in ("name", "namespace", "labels")}
+    rendered["spec"] = spec
+    print(yaml.safe_dump(rendered, sort_keys=False))  # the policy a default run renders
