@@ -29,6 +29,7 @@ class AttemptState:
     streams: list[tuple[Turn, LiveCompletion]] = field(default_factory=list)
     images: dict[str, ImagePart] = field(default_factory=dict)  # the turns' images by sha256
     world: World | None = None  # the task's services (actors.service_routes), if it has any
+    pages: dict[int, Any] = field(default_factory=dict)  # its page application, by port
     max_turns: int | None = None  # the task's turn limit: the call after it gets 429
     in_policy: int = 0  # calls now inside the Policy
     policy_since: float = 0.0  # time.monotonic() when the first of them went in

@@ -196,17 +196,18 @@ class HarnessPod:
         temperature: float | None = None,
         apps: dict[str, Any] | None = None,
         max_turns: int | None = None,
+        pages: dict[int, Any] | None = None,
     ) -> dict[str, str]:
         """Register an attempt (with its task's services, ``apps``, if any, and its turn limit,
-        ``max_turns``: the call after that many answers gets 429); returns its base URL path,
-        full URL and bearer key."""
+        ``max_turns``: the call after that many answers gets 429, and its page application,
+        ``pages``, by port); returns its base URL path, full URL and bearer key."""
         ident = (episode_id, attempt)
         if ident in self._attempts or ident in self._ended:
             raise ValueError(f"attempt {attempt} of episode {episode_id} already exists")
         key = "forge-" + secrets.token_urlsafe(24)
         self._attempts[ident] = AttemptState(
             episode_id, attempt, key, script, max_tokens, temperature,
-            world=World(apps) if apps else None, max_turns=max_turns,
+            world=World(apps) if apps else None, max_turns=max_turns, pages=dict(pages or {}),
         )  # fmt: skip
         path = f"/episodes/{episode_id}/attempts/{attempt}"
         return {"path": path, "base_url": f"{self.address()}{path}/v1", "api_key": key}

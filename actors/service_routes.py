@@ -5,15 +5,19 @@ Under ``/episodes/{episode_id}/attempts/{attempt}``, with the attempt's key (as 
     GET  .../services                   the services offered and their operations (a catalog)
     POST .../services/{service}/{op}    run one operation (JSON arguments -> JSON result)
     POST .../mcp/{service}              MCP over streamable HTTP (JSON-RPC in, JSON out)
+    GET|POST .../page/{port}/{path}     the task's page application (``tasks.webapps.hosted``),
+                                        through the sandbox's relay on 127.0.0.1:{port}
 
-The state stays here, in the attempt's :class:`tasks.services.World`: a sandbox changes it only
-through these operations, and the verifier reads it after the episode. Every call is recorded
-with how it came (``X-Forge-Via``: tool, mcp, cli) and the model turn it followed. A refusal is
-a 400 naming the field; the attempt's own errors (404, 410, 401) are the proxy's.
+The state stays here, in the attempt's :class:`tasks.services.World` (and its page application):
+a sandbox changes it only through these operations, and the verifier reads it after the
+episode. Every service call is recorded with how it came (``X-Forge-Via``: tool, mcp, cli) and
+the model turn it followed. A refusal is a 400 naming the field; the attempt's own errors (404,
+410, 401) are the proxy's.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from starlette.requests import Request
@@ -26,6 +30,19 @@ from tasks.services import ServiceError, World
 from tasks.services.client import mcp_reply
 
 MAX_BODY_BYTES = 1 << 20
+NO_STORE = {"Cache-Control": "no-store"}
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request's body, at most ``limit`` bytes (ProtocolError 413 beyond)."""
+    data = bytearray()
+    async for chunk in request.stream():
+        data += chunk
+        if len(data) > limit:
+            raise ProtocolError(413, f"the body is at most {limit} bytes")
+    return bytes(data)
+
+
 VIA = ("tool", "mcp", "cli", "api")
 
 
@@ -86,7 +103,26 @@ def service_routes(prefix: str, pod: Any) -> list[BaseRoute]:
             return Response(status_code=202)
         return JSONResponse(reply)
 
+    async def page(request: Request) -> Response:
+        try:
+            call = await pod.authorize(request)
+            body = b""
+            if request.method == "POST":
+                body = await read_body(request, MAX_BODY_BYTES)
+        except ProtocolError as e:
+            return _error(e.status, e.message)
+        app = call.state.pages.get(request.path_params["port"])
+        if app is None:
+            return _error(404, "this attempt's task has no page application on that port")
+        route = "/" + request.path_params["path"]
+        if request.method == "POST":
+            code, data, ctype = await asyncio.to_thread(app.post, route, body)
+        else:
+            code, data, ctype = await asyncio.to_thread(app.get, route)
+        return Response(data, status_code=code, media_type=ctype, headers=NO_STORE)
+
     return [
+        Route(f"{prefix}/page/{{port:int}}/{{path:path}}", page, methods=["GET", "POST"]),
         Route(f"{prefix}/services", catalog, methods=["GET"]),
         Route(f"{prefix}/services/{{service}}/{{op}}", operation, methods=["POST"]),
         Route(f"{prefix}/mcp/{{service}}", mcp, methods=["GET", "POST", "DELETE"]),

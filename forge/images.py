@@ -141,10 +141,11 @@ def _harness_sources(name: str) -> dict[str, str]:
     """Host path -> sandbox path of what harness ``name`` mounts read-only today, and what
     tasks mount beside it, baked in so Kubernetes pods, which cannot mount host paths, have them
     too: the services' client and commands, the in-sandbox services launcher and the web
-    applications, and for the GUI harnesses the ``miniwob`` package's HTML when it is
-    installed."""
+    applications, and for the GUI harnesses Chromium's policy and the ``miniwob`` package's
+    HTML when it is installed."""
     from forge.harnesses import get_harness
     from forge.harnesses.app_tools import SERVICES_HOST
+    from forge.harnesses.gui_actions import CHROMIUM_POLICY, chromium_policy
     from forge.sandboxes import services as launch
     from tasks.services import MOUNT
 
@@ -152,6 +153,7 @@ def _harness_sources(name: str) -> dict[str, str]:
     sources[launch.LAUNCHER_HOST] = launch.PROGRAM
     sources[launch.WEBAPPS_HOST] = launch.WEBAPPS
     if name in GUI_HARNESSES:
+        sources[chromium_policy(name != "browser" and name != "browser-use")] = CHROMIUM_POLICY
         try:
             sources[launch.miniwob_html()] = launch.MINIWOB
         except FileNotFoundError:  # MiniWoB++ tasks then stop with the install command

@@ -1,8 +1,11 @@
-"""Page state: a web application's recorded state (the JSON its state server keeps in the
-workspace, ``tasks/webapps/server.py``) holds what the task asked for.
+"""Page state: a web application's recorded state holds what the task asked for.
 
-The agent's final answer plays no part: only what the application recorded (orders placed,
-mails sent, slots booked, events moved) counts::
+The application (``tasks/webapps/server.py``, or a MiniWoB page's ``miniwob_server.py``) is kept
+by the HarnessPod outside the agent's sandbox (:mod:`tasks.webapps.hosted`); the browser in the
+sandbox reaches it through a relay, and its state after the episode is handed to the verifier
+(``apps["page"]``), so nothing the agent writes into its sandbox is read. The agent's final
+answer plays no part either: only what the application recorded (orders placed, mails sent,
+slots booked, events moved, MiniWoB's own reward) counts::
 
     verifier:
       type: page_state
@@ -23,10 +26,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from forge.sandboxes.base import Sandbox
 from rewards.base import Verdict
-from rewards.common import VerifierModel, clip, read_text
+from rewards.common import VerifierModel, clip
 from rewards.json_check import _MISSING, json_equal, lookup, path_parts
 
-STATE_FILE = ".app/state.json"
+PAGE = "page"  # the page application's state in ``apps`` (tasks.webapps.hosted.PAGE)
 OPS = ("equals", "contains")
 
 
@@ -83,27 +86,16 @@ class Check(BaseModel):
 
 
 class PageState(VerifierModel):
-    """Reward 1 when the app's state file parses and every expectation holds."""
+    """Reward 1 when the page application's state holds every expectation."""
 
     kind: ClassVar[str] = "page_state"
-    path: str = Field(
-        default=STATE_FILE,
-        min_length=1,
-        description="The state file, relative to the workspace.",
-    )
+    reads_sandbox: ClassVar[bool] = False  # it reads the state the HarnessPod kept
     expect: dict[str, Any] = Field(
         default_factory=dict, description="Shorthand: path -> the JSON value it equals."
     )
     checks: list[Check] = Field(
         default_factory=list, description="Expectations: {path, equals | contains, ignore_case}."
     )
-
-    @field_validator("path")
-    @classmethod
-    def _relative(cls, v: str) -> str:
-        if v.startswith("/") or ".." in v.split("/"):
-            raise ValueError(f"{v!r} must be a path inside the workspace (relative, no '..')")
-        return v
 
     @field_validator("expect")
     @classmethod
@@ -123,13 +115,30 @@ class PageState(VerifierModel):
         return shorthand + list(self.checks)
 
     def verify(self, sandbox: Sandbox, final_answer: str | None) -> Verdict:
-        text, why = read_text(sandbox, self.path)
-        if text is None:
-            return Verdict(0.0, f"no application state: {why}")
+        raise RuntimeError("page_state reads the page application's state: verify_state(apps)")
+
+    def verify_state(self, apps: dict[str, Any] | None) -> Verdict:
+        """The verdict on the state the HarnessPod kept (``apps["page"]``)."""
+        doc = (apps or {}).get(PAGE)
+        if doc is None:
+            return Verdict(0.0, "no application state: this attempt had no page application")
+        try:
+            return self._check(doc)
+        except RecursionError:  # nested too deep to walk: not the state any task asks for
+            return Verdict(0.0, "the application state is nested too deeply to check")
+
+    def verify_text(self, text: str) -> Verdict:
+        """The verdict on a state file's text (the development tools that run an application
+        on its own, with ``--state``)."""
         try:
             doc = json.loads(text)
         except json.JSONDecodeError as e:
-            return Verdict(0.0, f"{self.path} is not valid JSON: {e}")
+            return Verdict(0.0, f"the application state is not valid JSON: {e}")
+        except RecursionError:
+            return Verdict(0.0, "the application state is nested too deeply to parse")
+        return self.verify_state({PAGE: doc})
+
+    def _check(self, doc: Any) -> Verdict:
         checks = self.all_checks()
         failed: list[str] = []
         for check in checks:
@@ -141,5 +150,5 @@ class PageState(VerifierModel):
                 shown = clip(json.dumps(value, default=str))
                 failed.append(f"{check.path} is {shown}, expected it to {check.op} {clip(want)}")
         if failed:
-            return Verdict(0.0, f"{self.path}: " + "; ".join(failed))
-        return Verdict(1.0, f"{self.path}: all {len(checks)} expectations hold")
+            return Verdict(0.0, "page state: " + "; ".join(failed))
+        return Verdict(1.0, f"page state: all {len(checks)} expectations hold")

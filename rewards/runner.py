@@ -15,8 +15,9 @@
 4. a verifier that runs commands may change its sandbox (a command can run the agent's
    program), so the next verifier gets another fresh copy; read-only checks share one.
 
-Answer-only tasks need no sandbox at all, nor do ``app_state`` checks (they read the task's
-services' state, which the HarnessPod kept, handed in as ``apps``). An error of the sandboxes
+Answer-only tasks need no sandbox at all, nor do ``app_state`` and ``page_state`` checks (they
+read the task's services' and page application's state, which the HarnessPod kept, handed in
+as ``apps``). An error of the sandboxes
 themselves propagates (the attempt is marked failed, not scored); what the agent's files cause
 is a reward of 0.
 """
@@ -33,6 +34,7 @@ from rewards import build_verifier
 from rewards.app_state import AppState
 from rewards.base import Verdict
 from rewards.common import AllOf, VerifierModel
+from rewards.page_state import PageState
 
 if TYPE_CHECKING:
     from tasks.schema import Task
@@ -161,7 +163,7 @@ def run_verifier(
     box: Sandbox | None = None
     try:
         for v in verifiers:
-            if isinstance(v, AppState):
+            if isinstance(v, (AppState, PageState)):
                 verdicts.append(v.verify_state(apps))
                 continue
             if not v.reads_sandbox:

@@ -28,6 +28,7 @@ class AgentSHarness(AgentProgram):
 
     program = RUNNER
     name = "agent-s"
+    opens_start_url = True  # its browser opens the task's page before the agent acts
     protocol = "chat"
 
     adapt_task = staticmethod(on_desktop)  # page tasks: Chromium on the display

@@ -32,6 +32,7 @@ class BrowserHarness(AgentProgram):
 
     program = PROGRAM
     name = "browser"
+    opens_start_url = True  # its browser opens the task's page before the agent acts
     protocol = "chat"
 
     def __init__(

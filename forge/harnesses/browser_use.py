@@ -26,6 +26,7 @@ class BrowserUseHarness:
     """
 
     name = "browser-use"
+    opens_start_url = True  # its browser opens the task's page before the agent acts
     protocol = "chat"
 
     def __init__(

@@ -47,7 +47,9 @@ async def run(instruction: str, env: dict[str, str]) -> dict[str, object]:
         args=["--disable-dev-shm-usage", "--disable-gpu", "--no-proxy-server"],
     )
     start = env.get("FORGE_START_URL")
-    tools = Tools(exclude_actions=["screenshot"])  # what Agent builds itself with use_vision=True
+    # "screenshot": what Agent leaves out itself with use_vision=True; "evaluate" runs the
+    # model's JavaScript in the page, where a MiniWoB page computes its own reward
+    tools = Tools(exclude_actions=["screenshot", "evaluate"])
     tools.set_coordinate_clicking(env.get("FORGE_COORDINATE_CLICKING", "1") == "1")
     agent = Agent(
         task=instruction,

@@ -31,6 +31,7 @@ class CuaHarness(AgentProgram):
 
     program = RUNNER
     name = "cua"
+    opens_start_url = True  # its browser opens the task's page before the agent acts
     protocol = "chat"
 
     adapt_task = staticmethod(on_desktop)  # page tasks: Chromium on the display

@@ -31,6 +31,7 @@ class DesktopHarness(AgentProgram):
 
     program = PROGRAM
     name = "desktop"
+    opens_start_url = True  # its browser opens the task's page before the agent acts
     protocol = "chat"
 
     adapt_task = staticmethod(on_desktop)  # page tasks: Chromium on the display

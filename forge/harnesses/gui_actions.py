@@ -12,6 +12,7 @@ the desktop harnesses on page tasks: ``desktop_web``).
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 CHROMIUM_CANDIDATES = (
@@ -22,6 +23,21 @@ CHROMIUM_CANDIDATES = (
     "/usr/bin/google-chrome",
 )
 CHROMIUM_ARGS = ("--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-proxy-server")
+CHROMIUM_POLICY = "/etc/chromium/policies/managed"
+"""Where a sandbox's Chromium reads its enterprise policy: a folder of
+:data:`CHROMIUM_POLICY_HOST` is mounted there read-only (baked into the GUI images). Both turn
+off ``javascript:``, ``devtools:`` and ``view-source:`` addresses, with which an agent could run
+code in a page that computes its own reward (MiniWoB's ``core.endEpisode``) or read its source;
+``desktop`` (Chromium on an X display, where a model presses keys) also turns DevTools off
+(``F12``, ``ctrl+shift+j``). ``headless`` (Chromium driven by Playwright or browser-use over
+the DevTools protocol, which that policy would stop) leaves them: no key a model sends there
+opens them."""
+CHROMIUM_POLICY_HOST = str(Path(__file__).resolve().parent / "chromium_policy")
+
+
+def chromium_policy(display: bool) -> str:
+    """The host folder of the policy for Chromium on an X display, or driven headless."""
+    return f"{CHROMIUM_POLICY_HOST}/{'desktop' if display else 'headless'}"
 
 
 def find_chromium(given: str | None = None) -> str | None:

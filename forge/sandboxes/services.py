@@ -10,15 +10,17 @@ read-only. The launcher's own failure (a service that never came up) is the atte
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from forge.harnesses.gui_actions import CHROMIUM_POLICY, chromium_policy
 from forge.sandboxes import services_launch
 from forge.sandboxes.base import ExecResult
 from forge.sandboxes.services_launch import MARKER, PROGRAM, SERVICE_FAILED
+from tasks.webapps import hosted
+from tasks.webapps.hosted import WEBAPPS, miniwob_html
 
 if TYPE_CHECKING:
     from forge.harnesses.base import AttemptContext
@@ -26,11 +28,19 @@ if TYPE_CHECKING:
 
 LAUNCHER_HOST = str(Path(services_launch.__file__).resolve())
 WEBAPPS_HOST = str(Path(__file__).resolve().parents[2] / "tasks" / "webapps")
-WEBAPPS = "/opt/forge/webapps"  # where the sandbox sees tasks/webapps
 SHARED_ENV = frozenset({"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TZ"})
 """Variables services keep even when the harness sets them (a harness may prepend to PATH)."""
 MINIWOB = "/opt/forge/miniwob"  # the miniwob package's html/, for MiniWoB tasks' services
-__all__ = ["PROGRAM", "WEBAPPS", "gui_extra", "mounts", "needs_launcher", "service_failed", "wrap"]
+__all__ = [
+    "PROGRAM",
+    "WEBAPPS",
+    "gui_extra",
+    "miniwob_html",
+    "mounts",
+    "needs_launcher",
+    "service_failed",
+    "wrap",
+]
 
 
 def needs_launcher(task: Task) -> bool:
@@ -39,25 +49,23 @@ def needs_launcher(task: Task) -> bool:
 
 
 def mounts(task: Task) -> dict[str, str]:
-    """Read-only mounts (host -> sandbox) the launcher and the web applications need."""
+    """Read-only mounts (host -> sandbox) the launcher and the web applications need (the
+    project's state servers are not among them: the HarnessPod keeps those, ``hosted``), and
+    for a GUI task Chromium's policy (:data:`~forge.harnesses.gui_actions.CHROMIUM_POLICY`)."""
+    policy = {chromium_policy(task.gui.display): CHROMIUM_POLICY} if task.gui else {}
     if not needs_launcher(task):
-        return {}
-    out = {LAUNCHER_HOST: PROGRAM, WEBAPPS_HOST: WEBAPPS}
-    if any(MINIWOB in s.command for s in task.services):
+        return policy
+    out = {LAUNCHER_HOST: PROGRAM, WEBAPPS_HOST: WEBAPPS, **policy}
+    if any(MINIWOB in s.command and not _hosted(s.command) for s in task.services):
         out[miniwob_html()] = MINIWOB
     return out
 
 
-def miniwob_html() -> str:
-    """The installed ``miniwob`` package's HTML folder (found without importing the package,
-    whose import needs selenium and gymnasium)."""
-    spec = importlib.util.find_spec("miniwob")
-    html = Path(next(iter(spec.submodule_search_locations or []), "")) / "html" if spec else None
-    if html is None or not (html / "core" / "core.js").is_file():
-        raise FileNotFoundError(
-            "MiniWoB++ tasks need the miniwob package's HTML: pip install --no-deps miniwob==1.1.0"
-        )
-    return str(html)
+def _hosted(command: str) -> bool:
+    try:
+        return hosted.parse(command) is not None
+    except ValueError:
+        return True  # refused at the start of the attempt (hosted.Hosted)
 
 
 def gui_extra(task: Task) -> dict[str, str]:

@@ -1,6 +1,8 @@
-"""What the task state servers (``server.py``, ``miniwob_server.py``) share: the state file
-written atomically, and a request handler that answers with bytes or JSON and reads a JSON
-object body. Standard library only: it runs inside the sandbox, mounted beside them."""
+"""What the task state servers (``server.py``, ``miniwob_server.py``) share: replies as
+(status, body, content type), a JSON object body parsed, the state file written atomically (for
+the development tools that run a server on their own), and a request handler. Standard library
+only: the HarnessPod imports the servers (:mod:`tasks.webapps.hosted`), and the development
+tools run them as programs, this file beside them."""
 
 from __future__ import annotations
 
@@ -13,6 +15,42 @@ from pathlib import Path
 from typing import Any
 
 MAX_BODY = 1 << 20  # bytes of a request body
+Reply = tuple[int, bytes, str]
+"""An answer: HTTP status, body, content type."""
+NOT_FOUND: Reply = (404, b"not found\n", "text/plain")
+
+
+def json_reply(code: int, value: Any) -> Reply:
+    return code, json.dumps(value).encode(), "application/json"
+
+
+MAX_DEPTH = 16  # containers within containers in a request body
+
+
+def depth(value: Any) -> int:
+    """How deeply lists and objects nest in ``value`` (0 for a scalar), without recursion."""
+    most, todo = 0, [(value, 1)]
+    while todo:
+        item, level = todo.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if isinstance(item, (dict, list)):
+            most = max(most, level)
+            todo.extend((child, level + 1) for child in children)
+    return most
+
+
+def parse_object(body: bytes) -> dict[str, Any]:
+    """A request body as a JSON object ({} when empty) nested at most :data:`MAX_DEPTH` deep
+    (the state it may end up in stays easy to copy and check); ValueError otherwise."""
+    try:
+        value = json.loads(body or b"{}")
+    except (ValueError, RecursionError) as e:
+        raise ValueError("the body is a JSON object") from e
+    if not isinstance(value, dict):
+        raise ValueError("the body is a JSON object")
+    if depth(value) > MAX_DEPTH:
+        raise ValueError(f"the body nests at most {MAX_DEPTH} deep")
+    return value
 
 
 def write_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -54,12 +92,16 @@ class JsonHandler(BaseHTTPRequestHandler):
     def not_found(self) -> None:
         self.send(404, b"not found\n", "text/plain")
 
-    def json_body(self, limit: int = MAX_BODY) -> dict[str, Any]:
-        """The request's JSON object ({} when empty); ValueError when it is not one."""
-        length = int(self.headers.get("Content-Length") or 0)
+    def read_body(self, limit: int = MAX_BODY) -> bytes:
+        """The request's body; ValueError when it is longer than ``limit`` bytes."""
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            raise ValueError("Content-Length is a number") from None
         if not 0 <= length <= limit:
             raise ValueError(f"the body is at most {limit} bytes")
-        body = json.loads(self.rfile.read(length) or b"{}")
-        if not isinstance(body, dict):
-            raise ValueError("the body is a JSON object")
-        return body
+        return self.rfile.read(length)
+
+    def json_body(self, limit: int = MAX_BODY) -> dict[str, Any]:
+        """The request's JSON object ({} when empty); ValueError when it is not one."""
+        return parse_object(self.read_body(limit))

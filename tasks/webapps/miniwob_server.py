@@ -40,9 +40,16 @@ from pathlib import Path
 from typing import Any
 
 if __package__:  # imported from the tasks package (tests)
-    from tasks.webapps.httpstate import JsonHandler, write_atomic
+    from tasks.webapps.httpstate import (
+        NOT_FOUND,
+        JsonHandler,
+        Reply,
+        json_reply,
+        parse_object,
+        write_atomic,
+    )
 else:  # run as a program: httpstate.py is beside it, and its folder is on sys.path
-    from httpstate import JsonHandler, write_atomic
+    from httpstate import NOT_FOUND, JsonHandler, Reply, json_reply, parse_object, write_atomic
 
 HTML = "/opt/forge/miniwob"  # where the sandbox sees the miniwob package's html/ folder
 EPISODE_MS = 6 * 3600 * 1000  # under setTimeout's 2**31-1 ms, beyond which it fires at once
@@ -98,7 +105,7 @@ HOOK = """<script>
 """
 
 
-def hooked_page(text: str, token: str, seed: int | str, zoom: float) -> str:
+def hooked_page(text: str, token: str | None, seed: int | str, zoom: float) -> str:
     """The task page with the starting and reporting script added at its end."""
     script = HOOK % {
         "token": json.dumps(token),
@@ -111,10 +118,20 @@ def hooked_page(text: str, token: str, seed: int | str, zoom: float) -> str:
 
 
 class Episode:
-    """One task instance: its page, its secret and the recorded outcome."""
+    """One task instance: its page, its one-time secret and the recorded outcome.
+
+    ``armed``: whether the first page served carries the secret. An episode that is not armed
+    never records a report (a harness that opens no browser of its own: the first to fetch the
+    page would be the agent itself)."""
 
     def __init__(
-        self, task: str, seed: int | str, html: Path, state_path: Path, zoom: float = 1.0
+        self,
+        task: str,
+        seed: int | str,
+        html: Path,
+        state_path: Path | None = None,
+        zoom: float = 1.0,
+        armed: bool = True,
     ) -> None:
         if not TASK_NAME.match(task):
             raise ValueError(f"bad task name {task!r}")
@@ -123,6 +140,7 @@ class Episode:
         if not self.page_file.is_file():
             raise FileNotFoundError(f"no MiniWoB task {task!r} ({self.page_file} is missing)")
         self.token = secrets.token_urlsafe(24)
+        self.unissued = armed  # the secret goes into the first page served, and no other
         self.state_path = state_path
         self.lock = threading.Lock()
         self.state: dict[str, Any] = {
@@ -134,12 +152,28 @@ class Episode:
             "reason": None,
             "utterance": None,
             "reports": 0,
+            "pages": 0,
         }
-        write_atomic(state_path, self.state)
+        self._save(self.state)
+
+    def _save(self, state: dict[str, Any]) -> None:
+        if self.state_path is not None:
+            write_atomic(self.state_path, state)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The recorded outcome now (what ``page_state`` checks)."""
+        with self.lock:
+            return dict(self.state)
 
     def page(self) -> bytes:
+        """The hooked task page; only the first carries the secret (a reload, or anyone else
+        fetching the page, gets a page whose report is refused)."""
+        with self.lock:
+            token, self.unissued = (self.token if self.unissued else None), False
+            self.state = dict(self.state, pages=self.state["pages"] + 1)
+            self._save(self.state)
         text = self.page_file.read_text(encoding="utf-8")
-        return hooked_page(text, self.token, self.seed, self.zoom).encode()
+        return hooked_page(text, token, self.seed, self.zoom).encode()
 
     def asset(self, url_path: str) -> Path | None:
         """The file a GET of ``url_path`` serves, or None (outside the folder, another task's
@@ -177,32 +211,45 @@ class Episode:
                     reason=str(reason)[:500] if reason is not None else None,
                     utterance=str(utterance)[:500] if utterance is not None else None,
                 )
-            write_atomic(self.state_path, new)
+            self._save(new)
             self.state = new
         return 200, {"recorded": first}
+
+    def get(self, route: str) -> Reply:
+        """The answer to ``GET route`` (no query)."""
+        if route == "/health":
+            return 200, b"ok\n", "text/plain"
+        if route in ("/", "/index.html"):
+            return 200, self.page(), TYPES[".html"]
+        file = self.asset(route)
+        if file is None:
+            return NOT_FOUND
+        return 200, file.read_bytes(), TYPES.get(file.suffix, "application/octet-stream")
+
+    def post(self, route: str, body: bytes) -> Reply:
+        """The answer to ``POST route``: only ``/report`` is one."""
+        if route != "/report":
+            return NOT_FOUND
+        if len(body) > MAX_BODY:
+            return json_reply(400, {"error": f"the body is at most {MAX_BODY} bytes"})
+        try:
+            parsed = parse_object(body)
+        except ValueError:
+            return json_reply(400, {"error": "the body is a JSON object"})
+        return json_reply(*self.report(parsed))
 
 
 def make_handler(episode: Episode) -> type[JsonHandler]:
     class Handler(JsonHandler):
         def do_GET(self) -> None:
-            path = self.route
-            if path == "/health":
-                return self.send(200, b"ok\n", "text/plain")
-            if path in ("/", "/index.html"):
-                return self.send(200, episode.page(), TYPES[".html"])
-            file = episode.asset(path)
-            if file is None:
-                return self.not_found()
-            self.send(200, file.read_bytes(), TYPES.get(file.suffix, "application/octet-stream"))
+            self.send(*episode.get(self.route))
 
         def do_POST(self) -> None:
-            if self.route != "/report":
-                return self.not_found()
             try:
-                body = self.json_body(MAX_BODY)
+                body = self.read_body(MAX_BODY)
             except ValueError:
                 return self.send_json(400, {"error": "the body is a JSON object"})
-            self.send_json(*episode.report(body))
+            self.send(*episode.post(self.route, body))
 
     return Handler
 

@@ -28,9 +28,16 @@ from pathlib import Path
 from typing import Any
 
 if __package__:  # imported from the tasks package (tests)
-    from tasks.webapps.httpstate import JsonHandler, write_atomic
+    from tasks.webapps.httpstate import (
+        NOT_FOUND,
+        JsonHandler,
+        Reply,
+        json_reply,
+        parse_object,
+        write_atomic,
+    )
 else:  # run as a program: httpstate.py is beside it, and its folder is on sys.path
-    from httpstate import JsonHandler, write_atomic
+    from httpstate import NOT_FOUND, JsonHandler, Reply, json_reply, parse_object, write_atomic
 
 HERE = Path(__file__).resolve().parent
 APPS = ("shop", "mail", "booking", "calendar", "bank")
@@ -208,18 +215,25 @@ APP_DEFS: dict[str, tuple[Callable[[dict[str, Any]], dict[str, Any]], dict[str, 
 
 
 class App:
-    """One app's seed and state; every change is saved before it is answered."""
+    """One app's seed and state; every change is made whole before it is answered (and saved
+    to ``state_path``, when given, for the development tools that read it)."""
 
-    def __init__(self, name: str, seed: dict[str, Any], state_path: Path) -> None:
+    def __init__(self, name: str, seed: dict[str, Any], state_path: Path | None = None) -> None:
         self.name, self.seed, self.state_path = name, seed, state_path
         initial, self.actions = APP_DEFS[name]
         self.state = initial(seed)
         self.lock = threading.Lock()
-        write_atomic(state_path, self.state)
+        if state_path is not None:
+            write_atomic(state_path, self.state)
 
     def data(self) -> dict[str, Any]:
         with self.lock:
             return {"app": self.name, "seed": self.seed, "state": copy.deepcopy(self.state)}
+
+    def snapshot(self) -> dict[str, Any]:
+        """The app's state now (what ``page_state`` checks)."""
+        with self.lock:
+            return copy.deepcopy(self.state)
 
     def act(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
         if action not in self.actions:
@@ -227,37 +241,48 @@ class App:
         with self.lock:
             new = copy.deepcopy(self.state)
             self.actions[action](new, self.seed, body)
-            write_atomic(self.state_path, new)
+            if self.state_path is not None:
+                write_atomic(self.state_path, new)
             self.state = new
         return self.data()
+
+    def get(self, route: str) -> Reply:
+        """The answer to ``GET route`` (no query)."""
+        if route == "/health":
+            return 200, b"ok\n", "text/plain"
+        if route == "/api/data":
+            return json_reply(200, self.data())
+        if route in ("/", "/index.html"):
+            file = HERE / self.name / "index.html"
+        elif route.startswith("/static/") and "/" not in route[len("/static/") :]:
+            file = HERE / "static" / route[len("/static/") :]
+        else:
+            return NOT_FOUND
+        if not file.is_file():
+            return NOT_FOUND
+        return 200, file.read_bytes(), TYPES.get(file.suffix, "application/octet-stream")
+
+    def post(self, route: str, body: bytes) -> Reply:
+        """The answer to ``POST route`` with a JSON object ``body``."""
+        if not route.startswith("/api/"):
+            return NOT_FOUND
+        try:
+            return json_reply(200, self.act(route[len("/api/") :], parse_object(body)))
+        except ValueError as e:  # ActionError too
+            return json_reply(400, {"error": str(e)})
 
 
 def make_handler(app: App) -> type[JsonHandler]:
     class Handler(JsonHandler):
         def do_GET(self) -> None:
-            path = self.route
-            if path == "/health":
-                return self.send(200, b"ok\n", "text/plain")
-            if path == "/api/data":
-                return self.send_json(200, app.data())
-            if path in ("/", "/index.html"):
-                file = HERE / app.name / "index.html"
-            elif path.startswith("/static/") and "/" not in path[len("/static/") :]:
-                file = HERE / "static" / path[len("/static/") :]
-            else:
-                return self.not_found()
-            if not file.is_file():
-                return self.not_found()
-            self.send(200, file.read_bytes(), TYPES.get(file.suffix, "application/octet-stream"))
+            self.send(*app.get(self.route))
 
         def do_POST(self) -> None:
-            path = self.route
-            if not path.startswith("/api/"):
-                return self.not_found()
             try:
-                self.send_json(200, app.act(path[len("/api/") :], self.json_body()))
-            except ValueError as e:  # ActionError too
-                self.send_json(400, {"error": str(e)})
+                body = self.read_body()
+            except ValueError as e:
+                return self.send_json(400, {"error": str(e)})
+            self.send(*app.post(self.route, body))
 
     return Handler
 
