@@ -50,8 +50,22 @@ def lookup(doc: Any, field: str) -> tuple[Any, str]:
     return value, ""
 
 
+def parse_json(text: str) -> tuple[Any, str]:
+    """The JSON value of ``text``, or ``(None, why not)``: invalid JSON, or nesting deeper than
+    the parser goes (``[`` * 100000 is the agent's wrong answer, not a crash)."""
+    try:
+        return json.loads(text), ""
+    except json.JSONDecodeError as e:
+        return None, f"is not valid JSON: {e}"
+    except RecursionError:
+        return None, "is JSON nested too deeply to read"
+
+
 def _dump(value: Any) -> str:
-    return json.dumps(value, default=str)
+    try:
+        return json.dumps(value, default=str)
+    except (RecursionError, ValueError):
+        return f"<a {type(value).__name__} nested too deeply to show>"
 
 
 def json_equal(a: Any, b: Any) -> bool:
@@ -85,10 +99,9 @@ class JsonField(VerifierModel):
         text, why = read_text(sandbox, self.path)
         if text is None:
             return Verdict(0.0, why)
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as e:
-            return Verdict(0.0, f"{self.path} is not valid JSON: {e}")
+        doc, why = parse_json(text)
+        if why:
+            return Verdict(0.0, f"{self.path} {why}")
         value, why = lookup(doc, self.field)
         if value is _MISSING:
             return Verdict(0.0, f"{self.path}: {why}")

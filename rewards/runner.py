@@ -8,7 +8,10 @@
 2. the agent's sandbox is destroyed, which kills every process the agent left behind;
 3. each verifier that reads files gets a fresh sandbox of the same backend: the copy goes into
    its workspace, and only then the verifier's own files (``$VERIFIER_DIR``) and pristine
-   copies of the task's seeded files (``$VERIFIER_DIR/task/``). Its home is empty, its PATH the
+   copies of the task's seeded files (``$VERIFIER_DIR/task/``). ``$VERIFIER_DIR`` is a new
+   random folder in the home for each verifier sandbox, so no link the agent left can name it
+   (and files are read through links inside the workspace only: :func:`rewards.common.
+   read_text`). Its home is otherwise empty, its PATH the
    system's, and commands run with the interpreter settings of
    :data:`rewards.command.INTERPRETER_ENV`, so nothing the agent wrote (module shadows,
    ``sitecustomize``, ``.pth`` files, shell start-up files, shims) changes how they run;
@@ -19,12 +22,14 @@ Answer-only tasks need no sandbox at all, nor do ``app_state`` and ``page_state`
 read the task's services' and page application's state, which the HarnessPod kept, handed in
 as ``apps``). An error of the sandboxes
 themselves propagates (the attempt is marked failed, not scored); what the agent's files cause
-is a reward of 0.
+is a reward of 0, and so is output no verifier can take in (a ``RecursionError`` from JSON
+nested thousands deep: logged and counted, :func:`unreadable_outputs`).
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +46,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-VERIFIER_DIR = f"{HOME}/verifier"  # the verifier's own files, as the verifier sandbox sees it
+VERIFIER_DIR = f"{HOME}/.verifier"  # prefix of the verifier's own folder (a random suffix)
 TASK_FILES = "task"  # under VERIFIER_DIR: the task's seeded files, pristine
 MAX_WORKSPACE_BYTES = 64 << 20
 SLACK_S = 30.0  # a verifier sandbox outlives its commands' timeouts by this much
@@ -50,6 +55,8 @@ __all__ = [
     "MAX_WORKSPACE_BYTES",
     "VERIFIER_DIR",
     "run_verifier",
+    "unreadable_outputs",
+    "verifier_dir",
     "verifier_files",
     "verifier_seconds",
 ]
@@ -88,22 +95,40 @@ def verifier_seconds(task: Task) -> float:
     return _deadline(_flatten(build_verifier(task.verifier))) - SLACK_S
 
 
+_unreadable = 0
+
+
+def unreadable_outputs() -> int:
+    """How many verifications in this process met agent output no verifier could take in."""
+    return _unreadable
+
+
+def verifier_dir(sandbox: Sandbox) -> str:
+    """The verifier's own folder in ``sandbox`` (a sandbox path, for ``put_file`` and
+    ``put_archive``): random per verifier sandbox; :data:`VERIFIER_DIR` itself elsewhere."""
+    return getattr(sandbox, "verifier_dir", VERIFIER_DIR)
+
+
 class _VerifierBox:
-    """A verifier sandbox whose commands also get ``VERIFIER_DIR`` (where the sandbox's
-    backend shows :data:`VERIFIER_DIR`: a host path when it runs unisolated)."""
+    """A verifier sandbox with its own folder :attr:`verifier_dir` (a random name under the
+    home, made before the agent's copy could name it), whose commands get it as
+    ``$VERIFIER_DIR`` (where the backend shows it: a host path when it runs unisolated)."""
 
     def __init__(self, box: Sandbox) -> None:
         self.box = box
+        self.verifier_dir = f"{VERIFIER_DIR}-{secrets.token_hex(8)}"
         home = box.path_map().get(HOME)
-        self.env = {"VERIFIER_DIR": VERIFIER_DIR.replace(HOME, home, 1) if home else VERIFIER_DIR}
+        shown = self.verifier_dir.replace(HOME, home, 1) if home else self.verifier_dir
+        self.env = {"VERIFIER_DIR": shown}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.box, name)
 
     def exec(
-        self, cmd: list[str], timeout_s: float, env: dict[str, str] | None = None
+        self, cmd: list[str], timeout_s: float, env: dict[str, str] | None = None, **kw: Any
     ) -> ExecResult:
-        return self.box.exec(cmd, timeout_s, {**self.env, **(env or {})})
+        """The sandbox's exec with ``$VERIFIER_DIR`` (``kw``: the backend's own, ``user``)."""
+        return self.box.exec(cmd, timeout_s, {**self.env, **(env or {})}, **kw)
 
 
 def _fresh(
@@ -120,12 +145,25 @@ def _fresh(
             if cleared.exit_code != 0:
                 raise RuntimeError(f"emptying {box.workspace}: {cleared.stderr.strip()}")
         box.put_archive(box.workspace, workspace)
+        wrapped = _VerifierBox(box)
         for rel, text in files.items():
-            box.put_file(f"{VERIFIER_DIR}/{rel}", text)
+            box.put_file(f"{wrapped.verifier_dir}/{rel}", text)
     except BaseException:
         box.destroy()
         raise
-    return _VerifierBox(box)  # type: ignore[return-value]
+    return wrapped  # type: ignore[return-value]
+
+
+def _verify(v: VerifierModel, box: Any, answer: str | None) -> Verdict:
+    """``v``'s verdict; agent output that no verifier can take in (JSON or a tree nested
+    thousands deep raising ``RecursionError``) is a reward of 0, logged and counted."""
+    global _unreadable
+    try:
+        return v.verify(box, answer)
+    except RecursionError:
+        _unreadable += 1
+        log.warning("%s verifier: the agent's output is nested too deeply to check", v.kind)
+        return Verdict(0.0, f"{v.kind}: the agent's output is nested too deeply to check")
 
 
 def run_verifier(
@@ -167,12 +205,12 @@ def run_verifier(
                 verdicts.append(v.verify_state(apps))
                 continue
             if not v.reads_sandbox:
-                verdicts.append(v.verify(_NoSandbox(), answer))  # type: ignore[arg-type]
+                verdicts.append(_verify(v, _NoSandbox(), answer))
                 continue
             if box is None:
                 assert workspace is not None
                 box = _fresh(new_sandbox, spec, workspace, files)
-            verdicts.append(v.verify(box, answer))
+            verdicts.append(_verify(v, box, answer))
             if v.runs_commands:
                 box.destroy()
                 box = None

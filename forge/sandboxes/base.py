@@ -100,16 +100,28 @@ class Sandbox(Protocol):
 def resolve_in(roots: dict[str, Path], workspace: str, path: str) -> Path:
     """The real path of sandbox path ``path`` (relative: from ``workspace``), where ``roots``
     maps each sandbox root (the workspace, the home) to where it really is, following symlinks
-    the way the sandbox would see them. ValueError when it leaves the roots (``..``, other
-    absolute paths, symlinks pointing out). Standard library only: the in-container agent and
-    the local backend share it."""
+    the way the sandbox would see them, but only within the root the path starts in: a link
+    in the workspace never leads into the home (where a verifier keeps its own files), nor one
+    in the home into the workspace. ValueError when it leaves its root (``..``, other absolute
+    paths, symlinks pointing out). Standard library only: the in-container agent and the local
+    backend share it."""
     p = path if path.startswith("/") else f"{workspace}/{path}"
+    start: Path | None = None
+    start_prefix = ""
     for _ in range(40):
         p = posixpath.normpath(p)
         hits = [r for r in roots if p == r or p.startswith(r + "/")]
         if not hits:
+            if start is not None:
+                raise ValueError(
+                    f"path {path!r} leads outside the sandbox's workspace and home (a link)"
+                )
             raise ValueError(f"path {path!r} is outside the sandbox's workspace and home")
         prefix = max(hits, key=len)
+        if start is None:
+            start, start_prefix = roots[prefix], prefix
+        elif roots[prefix] != start:
+            raise ValueError(f"path {path!r} is a link out of {start_prefix}")
         parts = [x for x in p[len(prefix) :].split("/") if x]
         cur = roots[prefix]
         for i, part in enumerate(parts):

@@ -206,3 +206,36 @@ def test_unisolated_sandboxes_verify_the_same_way(tmp_path: Path) -> None:
     shadowed = task({"type": "command", "cmd": "python3 -c 'import json'"})
     assert run_verifier(shadowed, box, None, make).reward == 1.0  # 3 if the shadow ran
     assert os.listdir(tmp_path) == []
+
+
+def test_links_never_reach_the_verifiers_own_files(new_sandbox) -> None:
+    """A link the agent leaves to where the verifier's files once were (a fixed
+    $HOME/verifier) scored 1.0: the verifier read its own expected file through the agent's
+    path. Now the folder has a random name per verifier sandbox, and a workspace link into the
+    home reads as absent whatever it names."""
+    t = task(
+        [
+            {"type": "file_equals", "path": "out.txt", "content": "secret"},
+            {"type": "command", "cmd": 'cmp -s out.txt "$VERIFIER_DIR/task/in.txt"'},
+        ],
+        files={"in.txt": "secret"},
+    )
+    cheat = "rm in.txt && ln -s /home/agent/verifier/task/in.txt out.txt"
+    verdict = run_verifier(t, agent(new_sandbox, t, cheat), None, new_sandbox)
+    assert verdict.reward == 0.0, verdict.detail
+    honest = agent(new_sandbox, t, "cp in.txt out.txt")
+    assert run_verifier(t, honest, None, new_sandbox).reward == 1.0
+
+
+def test_a_workspace_link_into_the_home_reads_as_absent(new_sandbox) -> None:
+    from rewards.common import read_text
+
+    box = new_sandbox()
+    box.create(SandboxSpec(labels={"run": "runner"}))
+    box.put_file("/home/agent/own.txt", "the verifier's")
+    done = box.exec(["sh", "-c", "ln -s /home/agent/own.txt a && ln -s ../home/agent b"], 30)
+    assert done.exit_code == 0, done.stderr
+    for path in ("a", "b/own.txt", "/workspace/a"):
+        text, why = read_text(box, path)
+        assert text is None and "link out of /workspace" in why, (path, why)
+    assert read_text(box, "/home/agent/own.txt")[0] == "the verifier's"  # named directly

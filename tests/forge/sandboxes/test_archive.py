@@ -180,11 +180,15 @@ def test_local_sandbox_archive_between_two_sandboxes(
 def test_a_tree_thousands_deep_is_too_large_not_a_crash(tmp_path: Path) -> None:
     """A 1,200-deep workspace made the recursive walk raise RecursionError (an infrastructure
     failure); the walk keeps its own stack and refuses past its depth cap."""
+    from forge.sandboxes.orphans import rmtree
     from tests.forge.sandboxes.test_orphans import deep
 
     src = deep(tmp_path / "src", 1200)
-    with pytest.raises(ArchiveTooLarge, match="levels"):
-        pack_dir(src)
+    try:
+        with pytest.raises(ArchiveTooLarge, match="levels"):
+            pack_dir(src)
+    finally:
+        assert rmtree(src)
     shallow = deep(tmp_path / "shallow", 20)
     got = members(pack_dir(shallow, max_depth=21))
     assert len(got) == 21 and got["/".join(["d"] * 20) + "/f"].size == 6

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,16 @@ from forge.sandboxes import orphans
 from forge.sandboxes.orphans import LABELS_FILE, cleanup_failures, reap_orphans, rmtree
 
 
+@pytest.fixture(autouse=True)
+def _no_deep_leftovers(tmp_path: Path) -> Iterator[None]:
+    """pytest's own clean-up of old temporary folders recurses (RecursionError): remove here."""
+    yield
+    rmtree(tmp_path)
+
+
 def deep(root: Path, levels: int) -> Path:
-    """``root/d/d/.../d`` ``levels`` deep (made by descriptor: the path outgrows PATH_MAX)."""
+    """``root/d/d/.../d`` ``levels`` deep (made by descriptor: the path outgrows PATH_MAX).
+    Remove it with :func:`rmtree` (pytest's clean-up of old temporary folders cannot)."""
     root.mkdir(parents=True)
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
