@@ -219,18 +219,23 @@ def plan(config: RunConfig, harnesses: list[str], files: list[str]) -> list[Agen
     return agents
 
 
+def _failure_records(failures_file: Path, start: int) -> list[dict[str, Any]]:
+    """The failed attempts' records after byte ``start`` of ``failures_file`` (an earlier eval
+    into the same folder wrote those before)."""
+    if not failures_file.exists():
+        return []
+    with open(failures_file, "rb") as f:
+        f.seek(start)
+        text = f.read().decode(errors="replace")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
 def rejections(failures_file: Path, start: int = 0) -> dict[str, int]:
     """The first refusal of each ``proxy_rejected`` attempt ("400 messages[1].role: ..."), most
     common first: what the proxy refused that the agent sent, so the cause is on screen. Reads
-    the records after byte ``start`` (an earlier eval into the same folder wrote those before)."""
+    the records after byte ``start``."""
     causes: Counter[str] = Counter()
-    if not failures_file.exists():
-        return {}
-    with open(failures_file, "rb") as f:
-        f.seek(start)
-        text = f.read().decode()
-    for line in text.splitlines():
-        record = json.loads(line)
+    for record in _failure_records(failures_file, start):
         if record.get("failure") != "proxy_rejected":
             continue
         log = record.get("harness_log") or ""
@@ -239,13 +244,37 @@ def rejections(failures_file: Path, start: int = 0) -> dict[str, int]:
     return dict(causes.most_common())
 
 
-def summary(name: str, r: dict[str, Any], episodes: int) -> str:
-    """The line printed when an agent is done (for k=1 the three rates are one number)."""
+def failure_causes(failures_file: Path, start: int = 0) -> dict[str, int]:
+    """``"REASON: LINE"`` of every other failed attempt, most common first: the last line of its
+    harness's log (``command: cannot run ...: ... is a link to ...``) or what raised, so the
+    cause is on screen beside the count. Reads the records after byte ``start``."""
+    causes: Counter[str] = Counter()
+    for record in _failure_records(failures_file, start):
+        reason = record.get("failure") or "unknown"
+        if reason == "proxy_rejected":  # rejections() shows what the proxy refused
+            continue
+        text = record.get("failure_detail") or record.get("harness_log") or ""
+        last = next((x.strip() for x in reversed(text.splitlines()) if x.strip()), "?")
+        causes[f"{reason}: {last[:300]}"] += 1
+    return dict(causes.most_common())
+
+
+def summary(name: str, r: dict[str, Any]) -> str:
+    """The line printed when an agent is done (for k=1 the three rates are one number); every
+    attempt counts, the failed ones by reason."""
     k = r["k"]
     rates = f"pass@1 {r['pass@1']:.3f}"
     if k > 1:
         rates += f", pass@{k} {r['pass@k']:.3f}, pass^{k} {r['pass^k']:.3f}"
-    return f"[forge] {name}: {rates} ({episodes} episodes, {r['seconds']:.0f}s)"
+    failed = sum(r["failures"].values())
+    if not failed:
+        return f"[forge] {name}: {rates} ({r['episodes']} episodes, {r['seconds']:.0f}s)"
+    reasons = ", ".join(f"{why} {n}" for why, n in r["failures"].items())
+    attempts = f"{r['episodes']} attempt{'s' if r['episodes'] != 1 else ''}"
+    return (
+        f"[forge] {name}: {rates} ({attempts}: {r['episodes'] - failed} scored, "
+        f"{failed} failed ({reasons}), {r['seconds']:.0f}s)"
+    )
 
 
 def evaluate(config: RunConfig, agents: list[Agent], k: int, out: Path) -> dict[str, Any]:
@@ -320,10 +349,13 @@ def evaluate(config: RunConfig, agents: list[Agent], k: int, out: Path) -> dict[
             source=agent.source,
             seconds=time.perf_counter() - t0,
             rejections=rejections(failures_file, seen),
+            failure_causes=failure_causes(failures_file, seen),
         )
-        print(summary(name, results[name], len(episodes)), flush=True)
+        print(summary(name, results[name]), flush=True)
         for cause, n in results[name]["rejections"].items():
             print(f"[forge] {name}: {n} attempts ended after the proxy refused: {cause}")
+        for cause, n in results[name]["failure_causes"].items():
+            print(f"[forge] {name}: {n} failed attempt{'s' if n != 1 else ''}, {cause}")
     return results
 
 

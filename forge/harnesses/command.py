@@ -35,13 +35,20 @@ Example (``examples/command-harness.yaml`` runs the built-in ReAct program this 
 JSON document on stdout) or ``{file: answer.txt}`` (a file the agent writes; it may take one of
 the other readings too). Mount sources must exist, and ``files`` and ``answer.file`` must lie
 under {workspace} or {home}: both are checked when the config is read.
+
+A program that is a link out of its mount (a venv's ``bin/python`` -> ``/home/u/.pyenv/...``)
+exists on the host but perhaps not in the sandbox, where running it would fail with a bare "No
+such file or directory" for the path that is there. Such a command starts through ``/bin/sh``,
+which runs the program if the sandbox has the link's target and otherwise exits 127 naming the
+link and its missing target.
 """
 
 from __future__ import annotations
 
 import json
+import posixpath
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from forge.harnesses.app_tools import SKILLS_DIR, mcp_servers, skills
@@ -79,6 +86,60 @@ def fill(template: str, ctx: AttemptContext) -> str:
         "skills_dir": ctx.path(SKILLS_DIR),
     }
     return PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+
+
+# $1: the link, $2: its target, $0: the program, then its arguments
+LINK_GUARD = (
+    'link=$1 target=$2; shift 2; [ -e "$0" ] && exec "$0" "$@"; '
+    "printf 'command: cannot run %s: %s is a link to %s, which this sandbox does not have "
+    "(mount it, or the folder it is in, with harness_options.mounts)\\n' "
+    '"$0" "$link" "$target" >&2; exit 127'
+)
+MAX_LINKS = 40  # as the kernel's ELOOP limit
+
+
+def _host_path(path: str, mounts: dict[str, str]) -> str | None:
+    """The host path of sandbox ``path`` under one of ``mounts`` (host -> sandbox), None if it
+    is under none of them."""
+    by_depth = sorted(
+        ((host, posixpath.normpath(target)) for host, target in mounts.items()),
+        key=lambda m: len(m[1]),
+        reverse=True,
+    )
+    for host, target in by_depth:  # the deepest mount that holds it
+        if path == target or path.startswith(target.rstrip("/") + "/"):
+            rest = path[len(target) :].lstrip("/")
+            return str(Path(host) / rest) if rest else host
+    return None
+
+
+def link_out_of_mounts(path: str, mounts: dict[str, str]) -> tuple[str, str] | None:
+    """``(link, target)``: the first link met resolving sandbox ``path`` (component by
+    component, through ``mounts``: host -> sandbox) whose target lies under none of the mounts,
+    so that the sandbox may not have it; None when every link stays in the mounts or ``path``
+    is not in one."""
+    pending = list(PurePosixPath(posixpath.normpath(path)).parts[1:])
+    done, hops = "/", 0
+    while pending:
+        current = posixpath.join(done, pending.pop(0))
+        host = _host_path(current, mounts)
+        if host is None:
+            if any(posixpath.normpath(m).startswith(current + "/") for m in mounts.values()):
+                done = current  # a folder the sandbox made to hold a mount
+                continue
+            return None  # the sandbox's own file system: not ours to judge
+        if not Path(host).is_symlink():
+            done = current
+            continue
+        hops += 1
+        if hops > MAX_LINKS:
+            return None
+        target = posixpath.normpath(posixpath.join(done, str(Path(host).readlink())))
+        if _host_path(target, mounts) is None:
+            return current, target
+        pending = list(PurePosixPath(target).parts[1:]) + pending
+        done = "/"
+    return None
 
 
 def _strings(option: str, value: Any) -> dict[str, str]:
@@ -155,10 +216,13 @@ class CommandHarness:
         return {k: fill(v, ctx) for k, v in self.extra_env.items()}
 
     def command(self, ctx: AttemptContext) -> list[str]:
+        argv = [fill(a, ctx) for a in self.argv]
+        link = link_out_of_mounts(argv[0], self.mounts) if argv[0].startswith("/") else None
         # Sandbox paths (a mounted program) map to host paths where commands run on the host.
-        return [
-            ctx.path(a) if a.startswith("/") else a for a in map(lambda t: fill(t, ctx), self.argv)
-        ]
+        argv = [ctx.path(a) if a.startswith("/") else a for a in argv]
+        if link is None:
+            return argv
+        return ["/bin/sh", "-c", LINK_GUARD, argv[0], *link, *argv[1:]]
 
     def answer_file(self, ctx: AttemptContext) -> str | None:
         """The sandbox path of the file the agent writes its answer to (``answer.file``), which

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from forge.config import RunConfig, load_config
-from forge.evaluate import plan, rejections, score, summary, table
+from forge.evaluate import failure_causes, plan, rejections, score, summary, table
 from forge.types import Episode, Turn
 from tests.forge.test_cli import FORGE, _env
 
@@ -51,11 +52,46 @@ AGENT = "command: [python3, /opt/agent/react_agent.py, '{instruction}']\n"
 
 def test_summary_line_prints_each_rate_once() -> None:
     r = {"k": 1, "pass@1": 0.5, "pass@k": 0.5, "pass^k": 0.5, "seconds": 3.2}
-    assert summary("a", r, 4) == "[forge] a: pass@1 0.500 (4 episodes, 3s)"
-    r.update(k=3, **{"pass@k": 0.75, "pass^k": 0.25})
-    assert summary("a", r, 12) == (
+    r.update(episodes=4, failures={})
+    assert summary("a", r) == "[forge] a: pass@1 0.500 (4 episodes, 3s)"
+    r.update(k=3, episodes=12, **{"pass@k": 0.75, "pass^k": 0.25})
+    assert summary("a", r) == (
         "[forge] a: pass@1 0.500, pass@3 0.750, pass^3 0.250 (12 episodes, 3s)"
     )
+
+
+def test_summary_line_counts_the_failed_attempts() -> None:
+    """A failed attempt is no episode the Scheduler hands back: the line counts it all the same
+    (it said "0 episodes" for an agent whose one attempt failed)."""
+    r = score(["t"], [], k=1, failures={"harness_crash": 1})
+    r["seconds"] = 2.0
+    assert summary("a", r) == (
+        "[forge] a: pass@1 0.000 (1 attempt: 0 scored, 1 failed (harness_crash 1), 2s)"
+    )
+    r = score(["t", "u"], [_ep("t", 1.0)], k=2, failures={"harness_crash": 2, "timeout": 1})
+    r["seconds"] = 2.0
+    assert summary("a", r).endswith(
+        "(4 attempts: 1 scored, 3 failed (harness_crash 2, timeout 1), 2s)"
+    )
+
+
+def test_failure_causes_show_each_failed_attempts_last_log_line(tmp_path: Path) -> None:
+    linked = "command: cannot run /opt/a/python: /opt/a/python is a link to /home/u/py, which ..."
+    records = [
+        {"failure": "harness_crash", "harness_log": f"starting\n{linked}\n\n"},
+        {"failure": "harness_crash", "harness_log": linked},
+        {"failure": "sandbox_error", "failure_detail": "OSError: disk full", "harness_log": ""},
+        {"failure": "proxy_rejected", "harness_log": "proxy rejected: 404 model: unknown"},
+        {"failure": "harness_hung"},
+    ]
+    path = tmp_path / "failures.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert failure_causes(path) == {
+        f"harness_crash: {linked}": 2,
+        "sandbox_error: OSError: disk full": 1,
+        "harness_hung: ?": 1,
+    }
+    assert failure_causes(tmp_path / "none.jsonl") == {}
 
 
 def test_agents_from_harness_configs_are_keyed_by_name(tmp_path: Path) -> None:
@@ -196,3 +232,37 @@ def test_rejections_name_what_the_proxy_refused(tmp_path: Path) -> None:
     assert rejections(tmp_path / "none.jsonl") == {}
     earlier = len("".join(json.dumps(r) + "\n" for r in records[:2]))
     assert rejections(path, earlier) == {"404 model: unknown": 1}  # this eval's records only
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_forge_eval_counts_an_agent_whose_interpreter_is_a_link_out_of_its_mount(
+    tmp_path: Path,
+) -> None:
+    """A command agent whose python is a link to a path its mounts leave out: the attempt fails
+    naming that path, and the summary line counts it (it said "0 episodes")."""
+    agent, elsewhere = tmp_path / "agent", tmp_path / "elsewhere"
+    (agent / "bin").mkdir(parents=True)
+    elsewhere.mkdir()
+    (elsewhere / "python3").symlink_to(shutil.which("python3") or "/usr/bin/python3")
+    (agent / "bin" / "python").symlink_to(elsewhere / "python3")
+    shutil.copy(ROOT / "forge" / "harnesses" / "react_agent.py", agent / "react_agent.py")
+    config = _write(
+        tmp_path / "linked.yaml",
+        f"name: linked\nmounts: {{{agent}: /opt/agent}}\n"
+        "command: [/opt/agent/bin/python, /opt/agent/react_agent.py, '{instruction}']\n"
+        "answer: {json_field: final_answer}\n",
+    )
+    out = tmp_path / "eval"
+    args = ["eval", str(ROOT / "examples" / "oracle.yaml"), "--harness-config", config]
+    args += ["--tasks", "smoke", "--out", str(out), "task_ids=[hello_file]", "rollout.max_pods=1"]
+    r = subprocess.run(
+        [*FORGE, *args], capture_output=True, text=True, timeout=500, env=_env(), cwd=ROOT
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    row = json.loads((out / "eval.json").read_text())["harnesses"]["linked"]
+    assert row["episodes"] == 1 and sum(row["failures"].values()) == 1, row
+    assert "[forge] linked: pass@1 0.000 (1 attempt: 0 scored, 1 failed (" in r.stdout, r.stdout
+    missing = f"/opt/agent/bin/python is a link to {elsewhere}/python3, which this sandbox"
+    (cause,) = row["failure_causes"]
+    assert missing in cause and f"[forge] linked: 1 failed attempt, {cause}" in r.stdout

@@ -9,6 +9,7 @@ import pytest
 from forge.config import ConfigError, load_config
 from forge.harnesses import get_harness
 from forge.harnesses.base import AttemptContext
+from forge.harnesses.command import link_out_of_mounts
 from forge.sandboxes.base import ExecResult, SandboxSpec
 from forge.sandboxes.bwrap import bwrap_works
 from forge.sandboxes.local import LocalSandbox
@@ -147,6 +148,67 @@ def test_answer_file_written_in_a_real_sandbox(tmp_path: Path, isolation: str, w
         assert path is not None
         assert h.final_answer(result, box.get_file(path)) == "5 turns"
         assert h.final_answer(result, box.get_file("answers/none.json")) is None
+    finally:
+        box.destroy()
+
+
+def test_links_out_of_the_mounts_are_found_as_the_sandbox_resolves_them(tmp_path: Path) -> None:
+    agent, other = tmp_path / "agent", tmp_path / "elsewhere"
+    (agent / "bin").mkdir(parents=True)
+    (other / "venv" / "bin").mkdir(parents=True)
+    (other / "python3.11").write_text("")
+    (agent / "bin" / "python").symlink_to(other / "python3.11")  # absolute, out
+    (agent / "bin" / "py").symlink_to("python")  # relative, then out
+    (agent / "bin" / "tool").symlink_to("../lib/tool")  # stays in
+    (agent / "lib").mkdir()
+    (agent / "lib" / "tool").write_text("")
+    (agent / "venv").symlink_to(other / "venv")  # a folder on the way, out
+    (agent / "loop").symlink_to("loop")
+    mounts = {str(agent): "/opt/agent"}
+    out = str(other / "python3.11")
+    assert link_out_of_mounts("/opt/agent/bin/python", mounts) == ("/opt/agent/bin/python", out)
+    assert link_out_of_mounts("/opt/agent/bin/py", mounts) == ("/opt/agent/bin/python", out)
+    assert link_out_of_mounts("/opt/agent/venv/bin/python", mounts) == (
+        "/opt/agent/venv",
+        str(other / "venv"),
+    )
+    assert link_out_of_mounts("/opt/agent/bin/tool", mounts) is None
+    assert link_out_of_mounts("/opt/agent/loop", mounts) is None  # the kernel's ELOOP
+    assert link_out_of_mounts("/usr/bin/python3", mounts) is None  # the sandbox's own
+    # a second mount holding the target: the link stays in the sandbox
+    both = {**mounts, str(other): str(other)}
+    assert link_out_of_mounts("/opt/agent/bin/python", both) is None
+    plain = get_harness("command", command=["/opt/agent/bin/tool", "x"], mounts=mounts)
+    assert plain.command(_ctx()) == ["/opt/agent/bin/tool", "x"]  # nothing added
+
+
+@pytest.mark.skipif(not bwrap_works(), reason="no bwrap")
+def test_a_program_linked_out_of_its_mount_names_the_missing_target(tmp_path: Path) -> None:
+    """A venv's python linked to an interpreter the sandbox does not mount exists on the host:
+    the attempt fails naming the link's target, not with a bare "No such file or directory"
+    for the path the agent's folder holds; a link to what the sandbox has runs as before."""
+    agent, interpreters = tmp_path / "agent", tmp_path / "interpreters"
+    (agent / "bin").mkdir(parents=True)
+    interpreters.mkdir()
+    (interpreters / "python3.11").symlink_to("/bin/echo")
+    (agent / "bin" / "python").symlink_to(interpreters / "python3.11")
+    (agent / "bin" / "echo").symlink_to("/bin/echo")  # out of the mount, but the sandbox has it
+    mounts = {str(agent): "/opt/agent"}
+    box = LocalSandbox(root=tmp_path / "sandboxes", isolation="required")
+    missing = get_harness("command", command=["/opt/agent/bin/python", "-c", "1"], mounts=mounts)
+    present = get_harness("command", command=["/opt/agent/bin/echo", "{max_turns}"], mounts=mounts)
+    box.create(SandboxSpec(labels={"run": "t", "pod": "p", "attempt": "0"}, ro_mounts=mounts))
+    try:
+        ctx = _ctx(workspace=box.workspace, paths=box.path_map(), max_turns=5)
+        result = box.exec(missing.command(ctx), 30, missing.env(ctx))
+        assert result.exit_code == 127
+        assert result.stderr.strip() == (
+            "command: cannot run /opt/agent/bin/python: /opt/agent/bin/python is a link to "
+            f"{interpreters}/python3.11, which this sandbox does not have (mount it, or the "
+            "folder it is in, with harness_options.mounts)"
+        )
+        result = box.exec(present.command(ctx), 30, present.env(ctx))
+        assert (result.exit_code, result.stdout) == (0, "5\n")
     finally:
         box.destroy()
 
