@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gui_positions import ROOT, free_port, serve
 from web_task_defs import TASKS
 
-from rewards import verify
+from rewards import build_verifier
 from tasks.gui_play import launch_browser, new_page, play, positions, settle
 
 OUT = ROOT / "tasks" / "data" / "web"
@@ -65,17 +65,6 @@ def seed_json(seed: dict[str, Any]) -> str:
         else:
             lines.append(f" {json.dumps(key)}: {json.dumps(value)}{end}")
     return "\n".join(lines) + "\n}\n"
-
-
-class _Workspace:
-    """Just enough of a sandbox for ``page_state``: files of a host directory."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    def get_file(self, path: str) -> bytes | None:
-        p = self.root / path
-        return p.read_bytes() if p.is_file() else None
 
 
 def verifier(t: dict[str, Any]) -> dict[str, Any]:
@@ -120,7 +109,9 @@ def build(browser: Any, t: dict[str, Any]) -> dict[str, Any]:
                 play(page, step, W, H)
                 solution.append(step)
             page.close()
-        verdict = verify(verifier(t), _Workspace(ws), None)  # type: ignore[arg-type]
+        # the state file the app run on its own wrote (in an episode: the HarnessPod's state)
+        state = ws / ".app" / "state.json"
+        verdict = build_verifier(verifier(t)).verify_text(state.read_text())  # type: ignore[attr-defined]
         if verdict.reward != 1.0:
             raise SystemExit(f"{t['id']}: the solution scores {verdict.reward}: {verdict.detail}")
     task: dict[str, Any] = {

@@ -67,7 +67,8 @@ import forge  # noqa: F401  (before ray: a loopback-only local cluster)
 import psutil
 
 from forge.sandboxes import services
-from rewards import verify
+from rewards import build_verifier, verify
+from rewards.page_state import PageState
 from tasks import Task, load_suite
 from tasks.schema import GuiAction
 
@@ -283,6 +284,16 @@ def hand_desktop(task: Task, ws: Path, settle_s: float, timing: dict[str, Any]) 
         timed_steps(task, desk.screenshot, act, desk.settled_screenshot, timing)
 
 
+def workspace_reward(task: Task, ws: Path) -> float:
+    """The task's verifier in place; a page task's on the state file its app, run on its own
+    here, wrote (an episode's ``page_state`` reads the state the HarnessPod kept)."""
+    verifier = build_verifier(task.verifier)
+    if isinstance(verifier, PageState):
+        state = ws / ".app" / "state.json"
+        return verifier.verify_text(state.read_text() if state.is_file() else "").reward
+    return verify(task.verifier, WorkspaceFiles(ws), task.answer).reward
+
+
 def hand_main(kind: str, settle_s: float) -> None:
     """One by-hand episode of the task read as JSON from stdin; prints one JSON line of its
     timings and reward."""
@@ -293,7 +304,7 @@ def hand_main(kind: str, settle_s: float) -> None:
         ws = Path(tmp)
         seed(task, ws)
         (hand_browser if kind == "browser" else hand_desktop)(task, ws, settle_s, timing)
-        reward = verify(task.verifier, WorkspaceFiles(ws), task.answer).reward
+        reward = workspace_reward(task, ws)
     end = time.perf_counter()
     out = {"start": timing["up"] - t0, "steps": timing["steps"], "end": end - timing["acted"]}
     print(json.dumps({**out, "total": end - t0, "reward": reward}), flush=True)

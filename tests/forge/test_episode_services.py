@@ -71,4 +71,4 @@ def test_service_that_never_comes_up_is_service_failed(pod) -> None:
     )
     ep = _run(pod, broken, BUY_RED_MUG)
     assert (ep.status, ep.failure, ep.reward) == ("failed", "service_failed", 0.0)
-    assert "invalid choice: 'no-such-app'" in ep.harness_log, ep.harness_log
+    assert "no web app 'no-such-app'" in ep.harness_log, ep.harness_log

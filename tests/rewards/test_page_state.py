@@ -1,4 +1,5 @@
-"""The page_state verifier: a web application's recorded state, not the agent's answer."""
+"""The page_state verifier: a web application's recorded state, kept by the HarnessPod (handed
+in as ``apps["page"]``), not the agent's answer nor any file in its workspace."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import json
 
 import pytest
 
-from rewards import SpecError, build_verifier, verify
+from rewards import SpecError, build_verifier
+from rewards.base import Verdict
 from rewards.json_check import lookup
+from rewards.page_state import PAGE
 
 STATE = {
     "orders": [{"number": 1, "items": [{"name": "Blue mug", "qty": 2}], "total": 9.0}],
@@ -18,9 +21,12 @@ STATE = {
 
 
 @pytest.fixture
-def state(sandbox):
-    sandbox.put_file(".app/state.json", json.dumps(STATE))
-    return sandbox
+def state() -> dict:
+    return {PAGE: STATE}
+
+
+def verify(spec: dict, apps: dict | None, answer: str | None) -> Verdict:
+    return build_verifier(spec).verify_state(apps)  # type: ignore[attr-defined]
 
 
 def test_expect_shorthand_and_length(state) -> None:
@@ -34,10 +40,17 @@ def test_expect_shorthand_and_length(state) -> None:
     assert verify({**spec, "expect": {"flag": 1}}, state, None).reward == 0.0  # bool is not 1
 
 
-def test_answer_plays_no_part(sandbox) -> None:
-    spec = {"type": "page_state", "expect": {"orders.length": 1}}
-    v = verify(spec, sandbox, "I placed the order.")
+def test_answer_and_workspace_play_no_part(sandbox) -> None:
+    """The old verifier read ``.app/state.json`` from the workspace, which the agent writes."""
+    spec = {"type": "page_state", "expect": {"done": True, "raw_reward": 1}}
+    sandbox.put_file(".app/state.json", json.dumps({"done": True, "raw_reward": 1}))
+    verifier = build_verifier(spec)
+    assert verifier.reads_sandbox is False
+    with pytest.raises(RuntimeError, match="verify_state"):
+        verifier.verify(sandbox, "I placed the order.")
+    v = verify(spec, None, "I placed the order.")
     assert v.reward == 0.0 and "no application state" in v.detail
+    assert verify(spec, {PAGE: {"done": False}}, None).reward == 0.0
 
 
 @pytest.mark.parametrize(
@@ -71,10 +84,20 @@ def test_failures_are_all_named(state) -> None:
     assert "sent[0].subject" not in v.detail
 
 
-def test_other_state_file_and_bad_json(sandbox) -> None:
-    sandbox.put_file("s.json", "{broken")
-    v = verify({"type": "page_state", "path": "s.json", "expect": {"a": 1}}, sandbox, None)
+def test_bad_and_deep_json_score_zero() -> None:
+    """A state file of 100,000 '[' (the development tools' path) and a state nested past the
+    recursion limit are a 0 with the reason, not a RecursionError."""
+    verifier = build_verifier({"type": "page_state", "expect": {"a": 1}})
+    v = verifier.verify_text("{broken")  # type: ignore[attr-defined]
     assert v.reward == 0.0 and "not valid JSON" in v.detail
+    v = verifier.verify_text("[" * 100_000)  # type: ignore[attr-defined]
+    assert v.reward == 0.0 and "nested too deeply" in v.detail
+    deep: list = []
+    for _ in range(5000):
+        deep = [deep]
+    spec = {"type": "page_state", "checks": [{"path": "a", "contains": [1]}]}
+    v = verify(spec, {PAGE: {"a": deep}}, None)
+    assert v.reward == 0.0 and "nested too deeply" in v.detail, v.detail
 
 
 @pytest.mark.parametrize(
@@ -86,8 +109,7 @@ def test_other_state_file_and_bad_json(sandbox) -> None:
         ({"checks": [{"path": "a", "equls": 1}]}, "checks[0].equls"),
         ({"expect": {"a..b": 1}}, "expect: path 'a..b' has an empty part"),
         ({"expect": {"a": 1}, "colour": "red"}, "colour: unknown field for page_state"),
-        ({"expect": {"a": 1}, "path": "/etc/passwd"}, "path: '/etc/passwd' must be a path inside"),
-        ({"expect": {"a": 1}, "path": "../x.json"}, "path: '../x.json' must be a path inside"),
+        ({"expect": {"a": 1}, "path": ".app/state.json"}, "path: unknown field for page_state"),
     ],
 )
 def test_spec_errors_name_the_field(spec: dict, message: str) -> None:

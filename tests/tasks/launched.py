@@ -121,3 +121,15 @@ def chromium_page(screen: tuple[int, int]) -> Iterator[Any]:
         browser = launch_browser(pw)
         yield new_page(browser, *screen)
         browser.close()
+
+
+def page_verdict(spec: Any, workspace: Path) -> Any:
+    """``page_state`` on the state file a state server run on its own (``--state``) wrote in
+    ``workspace``, as the verifier takes the state the HarnessPod kept in an episode."""
+    from rewards import build_verifier
+
+    path = workspace / ".app" / "state.json"
+    verifier = build_verifier(spec)
+    if not path.is_file():
+        return verifier.verify_state(None)
+    return verifier.verify_text(path.read_text())

@@ -22,15 +22,15 @@ from typing import Any
 import pytest
 import yaml
 
+from forge.harnesses.gui_actions import CHROMIUM_POLICY, chromium_policy
 from forge.sandboxes import services
-from rewards import verify
 from tasks import Task, miniwob
 from tasks.gui_play import play, settle
 from tasks.loader import load_suite
 from tasks.schema import GuiAction
+from tasks.webapps.hosted import Hosted
 from tasks.webapps.miniwob_server import EPISODE_MS
-from tests.rewards.sandbox_double import DirSandbox
-from tests.tasks.launched import Ahead, Launched, chromium_page
+from tests.tasks.launched import Ahead, Launched, chromium_page, page_verdict
 
 SUITE = miniwob.load()
 # One seed of each MiniWoB task is played here (a representative slice, for the suite's time);
@@ -93,14 +93,23 @@ def test_generated_files_are_current(tmp_path: Path) -> None:
 
 
 @needs_html
-def test_mounts_the_package_html_read_only() -> None:
+def test_the_page_is_kept_out_of_the_sandbox() -> None:
+    """The state server runs in the HarnessPod (tasks.webapps.hosted), reading the package's
+    HTML there: the sandbox gets neither it nor MiniWoB's HTML, only the relay and Chromium's
+    policy."""
     task = SUITE[0]
     mounts = services.mounts(task)
     html = Path(str(HTML))
-    assert mounts[str(html)] == services.MINIWOB == "/opt/forge/miniwob"
+    assert services.MINIWOB not in mounts.values() and str(html) not in mounts
+    assert mounts[chromium_policy(False)] == CHROMIUM_POLICY
     assert (html / "miniwob" / f"{task.tags[1]}.html").is_file()
-    web = load_suite("web")[0]
-    assert services.MINIWOB not in services.mounts(web).values()
+    hosted = Hosted(task, armed=True)
+    (port,) = hosted.pages
+    relayed = hosted.relayed(task, "http://127.0.0.1:9/episodes/e/attempts/0")
+    assert relayed.services[0].command == (
+        f"python3 /opt/forge/webapps/relay.py --port {port} "
+        f"--to http://127.0.0.1:9/episodes/e/attempts/0/page/{port}"
+    )
 
 
 PATHS = {services.WEBAPPS: services.WEBAPPS_HOST, services.MINIWOB: str(HTML)}
@@ -140,14 +149,14 @@ def test_solution_scores_one_and_nothing_zero(page: Any, ahead: Ahead, task: Tas
     try:
         assert start_episode(page, run.url) == task.instruction
         assert page.evaluate("core.EPISODE_MAX_TIME") == EPISODE_MS  # not MiniWoB's 10-15 s
-        untouched = verify(task.verifier, DirSandbox(workspace), None)
+        untouched = page_verdict(task.verifier, workspace)
         assert untouched.reward == 0.0, untouched.detail
         for step in task.solution:
             assert isinstance(step, GuiAction)
             play(page, step.model_dump(), *miniwob.SCREEN)
     finally:
         assert run.finish() == 0, run.stderr
-    verdict = verify(task.verifier, DirSandbox(workspace), "done")
+    verdict = page_verdict(task.verifier, workspace)
     assert verdict.reward == 1.0, verdict.detail
     assert state(workspace)["reports"] == 1
 
@@ -156,7 +165,8 @@ def test_solution_scores_one_and_nothing_zero(page: Any, ahead: Ahead, task: Tas
 @needs_html
 def test_failure_is_final_and_reports_cannot_be_forged(page: Any, tmp_path: Path) -> None:
     """Clicking TWO in click-test-2 is MiniWoB's -1, so 0; reloading and then solving does not
-    change it; a report without the page's secret is refused."""
+    change it (the reloaded page carries no secret: its report is refused); a report without
+    the page's secret is refused."""
     task = miniwob.load("click-test-2")[0]
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -180,5 +190,6 @@ def test_failure_is_final_and_reports_cannot_be_forged(page: Any, tmp_path: Path
     finally:
         assert run.finish() == 0, run.stderr
     got = state(workspace)
-    assert got["raw_reward"] == -1.0 and got["reports"] == 2 and got["done"] is True
-    assert verify(task.verifier, DirSandbox(workspace), "done").reward == 0.0
+    assert got["raw_reward"] == -1.0 and got["reports"] == 1 and got["done"] is True
+    assert got["pages"] == 2
+    assert page_verdict(task.verifier, workspace).reward == 0.0

@@ -19,12 +19,10 @@ from typing import Any
 import pytest
 
 from forge.sandboxes import services
-from rewards import verify
 from tasks import Task, load_suite
 from tasks.gui_play import play, settle
 from tasks.schema import GuiAction
-from tests.rewards.sandbox_double import DirSandbox
-from tests.tasks.launched import Ahead, Launched, chromium_page
+from tests.tasks.launched import Ahead, Launched, chromium_page, page_verdict
 
 WEB = load_suite("web")
 APPS = {"shop", "mail", "booking", "calendar", "bank"}
@@ -69,8 +67,7 @@ def test_solution_in_chromium_scores_one_and_nothing_scores_zero(
     run = launchers.take(task)
     workspace = run.workspace
     try:
-        box = DirSandbox(workspace)
-        untouched = verify(task.verifier, box, None)
+        untouched = page_verdict(task.verifier, workspace)
         assert untouched.reward == 0.0, f"the untouched app already passes: {untouched.detail}"
         assert task.gui is not None and tuple(task.gui.screen) == SCREEN
         page.goto(run.url)
@@ -80,7 +77,7 @@ def test_solution_in_chromium_scores_one_and_nothing_scores_zero(
             play(page, step.model_dump(), *SCREEN)
     finally:
         assert run.finish() == 0, run.stderr
-    verdict = verify(task.verifier, DirSandbox(workspace), "I am done.")
+    verdict = page_verdict(task.verifier, workspace)
     assert verdict.reward == 1.0, verdict.detail
     assert not list(workspace.glob(".app/.state-*")), "a half-written state file was left"
 

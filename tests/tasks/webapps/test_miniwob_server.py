@@ -72,6 +72,7 @@ def test_initial_state_written_at_start(live: Live) -> None:
         "reason": None,
         "utterance": None,
         "reports": 0,
+        "pages": 0,
     }
 
 
