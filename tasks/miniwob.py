@@ -4,9 +4,10 @@ package, with MiniWoB's own reward functions as the verifier.
 Each task instance is a (MiniWoB task, seed) pair, ``click-button-s3``. Its service is
 ``tasks/webapps/miniwob_server.py``, which serves the package's page seeded as MiniWoB's own
 environment seeds it (``Math.seedrandom(seed)``), starts the episode with a six-hour timer, and
-records the raw reward MiniWoB's page computes when its episode ends (1 is success) in the state
-file; the verifier is ``page_state`` with ``raw_reward`` equal to 1. The package's ``html/``
-folder is mounted read-only at ``/opt/forge/miniwob`` (``forge.sandboxes.services.MINIWOB``).
+records the raw reward MiniWoB's page computes when its episode ends (1 is success); in an
+episode the HarnessPod runs it, outside the sandbox, from the installed package's ``html/``
+folder (``tasks.webapps.hosted``); the verifier is ``page_state`` with ``raw_reward`` equal
+to 1.
 The package is installed with ``pip install --no-deps miniwob==1.1.0``: its own requirements
 (selenium, gymnasium) are never imported, only its HTML is read.
 

@@ -1,8 +1,10 @@
 """The state server of a MiniWoB++ task: serves one task page of the ``miniwob`` package's HTML,
 seeded and started, and records MiniWoB's own reward for the ``page_state`` verifier.
 
-Standard library only: it runs inside the sandbox as a task's service (``tasks/miniwob.py``
-builds the tasks), reading MiniWoB's HTML from a read-only mount (:data:`HTML`)::
+A task names it as its service (``tasks/miniwob.py`` builds the tasks); in an episode the
+HarnessPod builds :class:`Episode` for the attempt, outside the sandbox, which reaches it through
+a relay on the port (:mod:`tasks.webapps.hosted`). Run as a program (standard library only: the
+development tools, the suite tests) it serves it itself and writes ``--state``::
 
     python3 /opt/forge/webapps/miniwob_server.py click-button --seed 3 --port 8790 \\
         --state .app/state.json [--html /opt/forge/miniwob] [--zoom 2]
@@ -16,13 +18,15 @@ It wraps ``core.endEpisode``: when MiniWoB's own reward function ends the episod
 posts the raw reward (``WOB_RAW_REWARD_GLOBAL``, 1 for success, -1 or a fraction otherwise) to
 ``POST /report``. Only the first report counts (an episode ends once; a reloaded page is a retry
 MiniWoB would not grant), and only with the secret this server minted at start and put into the
-page's script (a screenshot shows no trace of it; a ``GET`` cannot report). ``body[data-busy]``
-is 1 while a report is in flight, so GUI tools that wait for it see the state written.
+script of the first page it serves, and no other (a screenshot shows no trace of it; a ``GET``
+cannot report; an episode built not ``armed`` never serves it). ``body[data-busy]`` is 1 while
+a report is in flight, so GUI tools that wait for it see the state written.
 
 Other files are served from the HTML folder (``core/``, ``common/``...) except other tasks'
 pages. The state file (written atomically at start and on the report) holds ``task``, ``seed``,
-``done``, ``raw_reward``, ``reward`` (MiniWoB's time-scaled reward), ``reason``, ``utterance``
-and ``reports`` (how many reports arrived, the ignored ones included).
+``done``, ``raw_reward``, ``reward`` (MiniWoB's time-scaled reward), ``reason``, ``utterance``,
+``reports`` (how many reports with the secret arrived, the ignored ones included) and ``pages``
+(how many times the page was served).
 """
 
 from __future__ import annotations

@@ -1,18 +1,21 @@
-"""The state server of the project's web applications (shop, mail, booking, calendar, bank).
+"""The project's web applications (shop, mail, booking, calendar, bank) and their server.
 
-Standard library only: it runs inside the sandbox as a task's service, from the read-only mount
-``/opt/forge/webapps``::
+A task names one as its service::
 
-    python3 /opt/forge/webapps/server.py shop --port 8765 --state .app/state.json [--seed F]
+    python3 /opt/forge/webapps/server.py shop --port 8765 [--seed .app/seed.json]
+
+In an episode it does not run in the sandbox: the HarnessPod builds :class:`App` for the
+attempt and serves it under the attempt's URL, and the sandbox runs a relay on the port
+(:mod:`tasks.webapps.hosted`), so the state ``page_state`` reads is out of the agent's reach.
+Run as a program (standard library only: the development tools, the suite tests) it serves the
+app itself and writes its state atomically (a temporary file, then a rename) to ``--state``.
 
 It serves the app's page (``APP/index.html``) and the shared files at ``/static/``, ``/health``
 (200 once it listens), ``GET /api/data`` (the seeded content and the current state) and
-``POST /api/ACTION`` with a JSON body. Every change is written atomically (a temporary file,
-then a rename) to the state file, which the ``page_state`` verifier reads from the workspace
-after the episode; the initial state is written at start. ``--seed`` is a JSON file (relative:
-from the working directory) that replaces the app's default content (``seeds/APP.json``).
-Pages are laid out for a 640x480 viewport with fixed positions, so GUI reference solutions can
-click by normalised coordinates.
+``POST /api/ACTION`` with a JSON body. ``--seed`` is a JSON file (relative: from the working
+directory; in an episode, one of the task's files) that replaces the app's default content
+(``seeds/APP.json``). Pages are laid out for a 640x480 viewport with fixed positions, so GUI
+reference solutions can click by normalised coordinates.
 """
 
 from __future__ import annotations
@@ -301,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("app", choices=APPS)
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--state", default=".app/state.json", help="state file (JSON)")
+    parser.add_argument("--state", default=".app/state.json", help="state file (JSON) to write")
     parser.add_argument("--seed", default=None, help="JSON file of the app's content")
     args = parser.parse_args(argv)
     app = App(args.app, load_seed(args.app, args.seed), Path(args.state))

@@ -15,6 +15,7 @@ from forge.config import PolicyConfig
 from forge.sandboxes.bwrap import bwrap_works
 from serve.policy import deploy_policy
 from tasks import load_suite
+from tasks.webapps.hosted import WEBAPPS
 
 pytestmark = [
     pytest.mark.ray,
@@ -64,7 +65,7 @@ def test_service_that_never_comes_up_is_service_failed(pod) -> None:
         update={
             "services": [
                 task.services[0].model_copy(
-                    update={"command": "python3 /opt/forge/webapps/server.py no-such-app"}
+                    update={"command": f"python3 {WEBAPPS}/server.py no-such-app --port 8765"}
                 )
             ]
         }
