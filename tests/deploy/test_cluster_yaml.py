@@ -5,10 +5,13 @@ GPUs, bounds, the setup). No cloud account is touched."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -227,3 +230,100 @@ def test_shape_checks_bite(edit: Any) -> None:
     edit(broken)
     ray_validate(broken)  # Ray's schema cannot tell: only the shape checks can
     assert problems(broken)
+
+
+def test_ray_token_authentication_is_on_every_node() -> None:
+    """Every `ray start` (head and workers) runs with RAY_AUTH_MODE=token (a worker started
+    without it would not authenticate, and a head without it would accept anyone), the token
+    file `ray get-auth-token --generate` writes is copied to where each node's Ray reads it,
+    and a node's shell has the mode too (`ray status`, `ray job ...`)."""
+    config = load()
+    for key in ("head_start_ray_commands", "worker_start_ray_commands"):
+        starts = [c for c in config[key] if "ray start" in c]
+        assert starts, key
+        for command in starts:
+            before = command.split("ray start", 1)[0]
+            assert "export RAY_AUTH_MODE=token;" in before, command
+    assert config["file_mounts"]["~/.ray/auth_token"] == "~/.ray/auth_token"
+    setup = " ; ".join(config["setup_commands"])
+    assert "echo 'export RAY_AUTH_MODE=token' >> ~/.bashrc" in setup
+    cloud = (ROOT / "docs" / "cloud.md").read_text()
+    assert "ray get-auth-token --generate" in cloud and "RAY_AUTH_MODE=token" in cloud
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_a_head_started_as_cluster_yaml_starts_it_refuses_callers_without_the_token(
+    tmp_path: Path,
+) -> None:
+    """A real Ray head (this Ray version), started with the environment cluster.yaml's head
+    command sets and a token file where file_mounts puts it, on ports of its own: the dashboard's
+    job API answers 401 to a caller without the token (a sandbox, say) and 200 with it."""
+    import secrets
+    import shlex
+    import signal
+    import time
+    import urllib.error
+    import urllib.request
+
+    (start,) = [c for c in load()["head_start_ray_commands"] if "ray start" in c]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    for word in shlex.split(start.split("ray start", 1)[0].replace(";", " ")):
+        if "=" in word and word != "export":
+            key, value = word.split("=", 1)
+            env[key] = value
+    assert env["RAY_AUTH_MODE"] == "token"
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    token = secrets.token_hex(32)
+    (home / ".ray" / "auth_token").write_text(token)
+    env["HOME"] = str(home)
+    gcs, dash = _free_port(), _free_port()
+    ray_bin = Path(sys.executable).parent / "ray"
+    temp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths must fit
+    argv = [str(ray_bin), "start", "--head", "--block", f"--port={gcs}",
+            "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={dash}", f"--temp-dir={temp}", "--num-cpus=0",
+            "--include-dashboard=true", "--disable-usage-stats"]  # fmt: skip
+    log = tmp_path / "head.log"
+    with log.open("wb") as out:
+        head = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+
+    def status(bearer: str | None) -> int:
+        req = urllib.request.Request(f"http://127.0.0.1:{dash}/api/jobs/")
+        if bearer is not None:
+            req.add_header("Authorization", f"Bearer {bearer}")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.status
+        except urllib.error.HTTPError as e:
+            return e.code
+        except OSError:
+            return 0
+
+    try:
+        deadline = time.monotonic() + 240
+        while status(None) == 0 and time.monotonic() < deadline and head.poll() is None:
+            time.sleep(1)
+        assert status(None) == 401, log.read_text()[-3000:]  # no token: refused
+        assert status("not-the-token") in (401, 403)
+        assert status(token) == 200
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(30)
+        except subprocess.TimeoutExpired:
+            pass
+        time.sleep(5)  # its children leave with it; what remains of its group is killed
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(head.pid, signal.SIGKILL)
+        shutil.rmtree(temp, ignore_errors=True)

@@ -233,14 +233,49 @@ def test_harness_pods_can_make_sandboxes_and_sandboxes_can_reach_them() -> None:
     # from its sandboxes to these pods, and validates.
     kube = KubernetesConfig(namespace=NAMESPACE)
     policy = km.network_policy(
-        NAMESPACE, "gpu-claw", kube.agent_port, harness_selector=kube.harness_selector
+        NAMESPACE,
+        "gpu-claw",
+        kube.agent_port,
+        proxy_ports=kube.proxy_ports,
+        harness_selector=kube.harness_selector,
     )
     validate(policy)
-    (peer,) = policy["spec"]["egress"][0]["to"]
+    (egress,) = policy["spec"]["egress"]
+    (peer,) = egress["to"]
     assert peer["podSelector"]["matchLabels"].items() <= cpu["metadata"]["labels"].items()
     for name in ("head", "gpu"):  # no other Ray pod is a peer of the sandboxes
         labels = _groups()[name]["template"]["metadata"]["labels"]
         assert not peer["podSelector"]["matchLabels"].items() <= labels.items()
+    # Of those pods, the sandboxes reach the proxy ports only: none that Ray listens on there.
+    (ports,) = egress["ports"]
+    opened = range(ports["port"], ports.get("endPort", ports["port"]) + 1)
+    assert list(opened) == list(range(kube.proxy_ports[0], kube.proxy_ports[1] + 1))
+    declared = {p["containerPort"] for p in _container(_groups()["cpu"]).get("ports", [])}
+    declared |= {int(v) for k, v in _groups()["cpu"]["rayStartParams"].items() if "port" in k}
+    rays = {6379, 8000, 8076, 8080, 8265, 9000, 10001, 52365} | set(range(10002, 20000))
+    assert declared and not (declared | rays) & set(opened)
+    assert max(opened) < 32768  # Ray's random ports are drawn above the ephemeral port
+
+
+def test_ray_token_authentication_is_on() -> None:
+    """The RayCluster asks KubeRay for Ray's token authentication; nothing in a pod template
+    overrides the mode or the token KubeRay injects (it adds them only where absent); the
+    RayJob runs on that cluster, so its submitter gets them; and the docs name the Secret the
+    operator makes (the cluster's name, as no secretName is set)."""
+    cluster = one("RayCluster")
+    assert cluster["spec"]["authOptions"] == {"mode": "token"}
+    major, minor, _ = (int(x) for x in cluster["spec"]["rayVersion"].split("."))
+    assert (major, minor) >= (2, 52)  # Ray's first with token authentication
+    for doc in (cluster, one("RayJob")):
+        for template in pod_templates(doc):
+            for c in template["spec"]["containers"]:
+                names = {e["name"] for e in c.get("env", [])}
+                assert not names & {"RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"}
+    selector = one("RayJob")["spec"]["clusterSelector"]
+    assert selector == {"ray.io/cluster": cluster["metadata"]["name"]}
+    cloud = (ROOT / "docs" / "cloud.md").read_text()
+    secret = cluster["metadata"]["name"]
+    assert f"get secret {secret} " in cloud and "RAY_AUTH_MODE=token" in cloud
 
 
 def test_rayjob_runs_forge_run_with_a_valid_config() -> None:
@@ -288,6 +323,10 @@ BROKEN = {
     "RayCluster: unknown key in a template's metadata": (
         "RayCluster",
         _set("spec.workerGroupSpecs.1.template.metadata.label", {"openforge.role": "x"}),
+    ),
+    "RayCluster: an auth mode Ray does not have": (
+        "RayCluster",
+        _set("spec.authOptions", {"mode": "password"}),
     ),
     "RayJob: entrypoint not a string": ("RayJob", _set("spec.entrypoint", ["forge", "run"])),
     "RayJob: unknown submission mode field": ("RayJob", _set("spec.submitMode", "K8sJobMode")),
