@@ -118,23 +118,28 @@ def link_out_of_mounts(path: str, mounts: dict[str, str]) -> tuple[str, str] | N
     component, through ``mounts``: host -> sandbox) whose target lies under none of the mounts,
     so that the sandbox may not have it; None when every link stays in the mounts or ``path``
     is not in one."""
+    roots = {posixpath.normpath(m) for m in mounts.values()}
     pending = list(PurePosixPath(posixpath.normpath(path)).parts[1:])
     done, hops = "/", 0
     while pending:
         current = posixpath.join(done, pending.pop(0))
         host = _host_path(current, mounts)
         if host is None:
-            if any(posixpath.normpath(m).startswith(current + "/") for m in mounts.values()):
+            if any(root.startswith(current + "/") for root in roots):
                 done = current  # a folder the sandbox made to hold a mount
                 continue
             return None  # the sandbox's own file system: not ours to judge
-        if not Path(host).is_symlink():
+        try:  # a mount's own root is what its source resolves to: never a link in the sandbox
+            link = None if current in roots else str(Path(host).readlink())
+        except OSError:  # not a link (or not there: the sandbox will say so)
+            link = None
+        if link is None:
             done = current
             continue
         hops += 1
         if hops > MAX_LINKS:
             return None
-        target = posixpath.normpath(posixpath.join(done, str(Path(host).readlink())))
+        target = posixpath.normpath(posixpath.join(done, link))
         if _host_path(target, mounts) is None:
             return current, target
         pending = list(PurePosixPath(target).parts[1:]) + pending

@@ -175,6 +175,9 @@ def test_links_out_of_the_mounts_are_found_as_the_sandbox_resolves_them(tmp_path
     assert link_out_of_mounts("/opt/agent/bin/tool", mounts) is None
     assert link_out_of_mounts("/opt/agent/loop", mounts) is None  # the kernel's ELOOP
     assert link_out_of_mounts("/usr/bin/python3", mounts) is None  # the sandbox's own
+    (tmp_path / "agent-link").symlink_to(agent)  # a mount's source may be a link itself
+    via_link = {str(tmp_path / "agent-link"): "/opt/agent"}
+    assert link_out_of_mounts("/opt/agent/bin/tool", via_link) is None
     # a second mount holding the target: the link stays in the sandbox
     both = {**mounts, str(other): str(other)}
     assert link_out_of_mounts("/opt/agent/bin/python", both) is None
