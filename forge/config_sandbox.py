@@ -48,7 +48,13 @@ class KubernetesConfig(Strict):
     ephemeral_storage_mb: int = Field(
         10240, ge=1, description="Ephemeral storage request and limit per pod (MiB)."
     )
-    run_as_user: int | None = Field(None, ge=0, description="UID of the pod (None: image's).")
+    run_as_user: int | None = Field(
+        None,
+        ge=0,
+        description="UID of the whole pod (None: the agent runs as root and drops every harness "
+        "command to the images' unprivileged user, out of reach of its token; set: agent and "
+        "harness share this uid, so the harness could read the token).",
+    )
     harness_selector: dict[str, str] = Field(
         default_factory=lambda: {"openforge.role": "harness-pod"},
         description="Labels of the HarnessPods' pods: the NetworkPolicy's allowed egress peers.",
@@ -161,6 +167,18 @@ class SandboxConfig(Strict):
         4096, ge=64, description="docker, kubernetes: memory limit per sandbox in MiB (no swap)."
     )
     pids: int = Field(1024, ge=16, description="docker: most processes per container.")
+    disk_mb: int | None = Field(
+        2048,
+        ge=16,
+        description="Disk quota of a sandbox's writable places (MiB): a command that writes "
+        "more gets ENOSPC ('No space left on device'), as on a full disk, and the episode goes "
+        "on (the policy's doing, scored), never filling the host. local: the sandbox folder "
+        "(workspace, home, /tmp) on its own ext4 image of this size, loop-mounted (needs root; "
+        "otherwise each exec's files are capped at this size by RLIMIT_FSIZE). docker: "
+        "tmpfs mounts of this size for the workspace, home, /tmp and /var/tmp (the image's "
+        "root is read-only). kubernetes: memory-backed emptyDir volumes of this sizeLimit. "
+        "The tmpfs and emptyDir pages count in memory_mb. None: no quota.",
+    )
     start_timeout_s: float = Field(
         30.0, gt=0, description="docker, kubernetes: how long a new sandbox's agent may take."
     )

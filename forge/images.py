@@ -5,8 +5,9 @@
     trimmed of docs and apt caches, imported from a tar (kept in ``<cache>/images/``, so a new
     daemon imports it in seconds instead of bootstrapping again).
 ``openforge/base:<suite>-<digest>``
-    the rootfs plus the sandbox agent at ``/opt/forge/agent`` and the fixed layout
-    (``/workspace``, ``/home/agent``, ``/run/forge``). The verifier's sandboxes use it.
+    the rootfs plus the sandbox agent at ``/opt/forge/agent``, the fixed layout
+    (``/workspace``, ``/home/agent``, ``/run/forge``) and the unprivileged user ``agent``
+    (uid/gid 1000) that harnesses run as. The verifier's sandboxes use it.
 ``openforge/rootfs:<suite>-gui-<digest>``, ``openforge/gui:<suite>-<digest>``
     the same two with :data:`GUI_PACKAGES` (Chromium, Xvfb, openbox, X applications) installed
     into the plain root filesystem by ``apt-get`` in a chroot; the GUI harnesses
@@ -118,9 +119,22 @@ def agent_layer(folder: str = "") -> tuple[str, dict[str, str | bytes]]:
 def _base_dockerfile(rootfs: str, gui: bool = False) -> str:
     env = " ".join(f"{k}={v}" for k, v in ENV.items())
     return (
-        f"FROM {rootfs}\n" + agent_layer()[0] + f"ENV {env}\n"
+        f"FROM {rootfs}\n" + agent_layer()[0] + user_step() + f"ENV {env}\n"
         "WORKDIR /workspace\n"
         f'LABEL openforge.image="{"gui" if gui else "base"}" openforge.rootfs="{rootfs}"\n'
+    )
+
+
+def user_step() -> str:
+    """The Dockerfile step that adds the unprivileged user harnesses run as (``agent``, uid and
+    gid :data:`~forge.sandboxes.agent_client.HARNESS_UID`, home /home/agent) and gives it the
+    workspace and home; the agent runs as root and drops to it for every harness command."""
+    from forge.sandboxes.agent_client import HARNESS_GID, HARNESS_UID
+
+    return (
+        f"RUN groupadd -g {HARNESS_GID} agent && useradd -u {HARNESS_UID} -g {HARNESS_GID} "
+        f"-d {ENV['HOME']} -M -s /bin/sh agent && chown {HARNESS_UID}:{HARNESS_GID} "
+        f"/workspace {ENV['HOME']} && chmod 0700 /run/forge\n"
     )
 
 

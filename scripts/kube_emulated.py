@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from forge import images  # noqa: E402
 from forge.sandboxes import dockerd  # noqa: E402
+from forge.sandboxes.tmproot import private_root  # noqa: E402
 
 PARENT = Path(tempfile.gettempdir()) / "openforge-kube-emulated"
 SHARED = dockerd.default_root()
@@ -151,7 +152,7 @@ def main() -> int:
 
     from tests.forge.sandboxes.kube_controller import DockerKubelet, KMock
 
-    PARENT.mkdir(parents=True, exist_ok=True)
+    private_root(PARENT)  # a private folder of ours, never one another user made
     dockerd.sweep_stale(PARENT)  # roots of earlier runs that crashed (their owner is dead)
     root = Path(tempfile.mkdtemp(prefix="d", dir=PARENT))
     daemon = kube = kubelet = client = None

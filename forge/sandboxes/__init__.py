@@ -33,7 +33,7 @@ def sandbox_for(config: SandboxConfig, harness: str | None) -> Sandbox:
     """A new, not yet created sandbox for one attempt of ``harness`` (None: a verifier's
     sandbox) as ``config`` describes it."""
     if config.backend == "local":
-        return LocalSandbox(root=config.root, isolation=config.isolation)
+        return LocalSandbox(root=config.root, isolation=config.isolation, disk_mb=config.disk_mb)
     if config.backend == "docker":
         return DockerSandbox(config, harness)
     if config.backend == "kubernetes":

@@ -3,7 +3,8 @@
 Standard library only; it runs from a minimal tree (:func:`agent_client.agent_tree`)::
 
     PYTHONPATH=/opt/forge/agent python3 -m forge.sandboxes.agent --unix /run/forge/agent.sock \
-        --token-file F [--workspace /workspace] [--home /home/agent] [--proxy 127.0.0.1:P=SOCK]
+        --token-file F [--workspace /workspace] [--home /home/agent] [--proxy 127.0.0.1:P=SOCK] \
+        [--user UID:GID]
 
 Every request needs ``Authorization: Bearer <token>``. ``GET /health``; ``POST /exec`` (JSON
 ``cmd``, ``timeout_s``, ``env`` (exactly the command's), ``cwd``, ``output_cap``; its process
@@ -12,6 +13,15 @@ group is killed on timeout and when it exits); ``PUT``/``GET /file?path=P[&mode=
 (every session the agent started and all its descendants). Relative paths are taken from the
 workspace; paths (symlinks followed) must stay in the workspace or home. The agent is a child
 subreaper (or PID 1) and reaps the orphans it inherits.
+
+With ``--user UID:GID`` (the container backends pass the images' unprivileged harness user) a
+root agent keeps itself out of its commands' reach: every exec drops to that user (no
+supplementary groups) unless its request names another ``user`` (``root``, a name or
+``UID[:GID]``: a verifier's own user); files it writes are created as that user (the thread's
+filesystem uid), the workspace and home are handed to it at start, the socket's folder must be
+another user's and closed to others (mode 0700), and the agent is not dumpable, so the user can
+read neither its memory nor its ``/proc/PID/environ`` (where a token passed in the environment
+would otherwise stay).
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from forge.sandboxes import archive, bridge
+from forge.sandboxes.agent_user import User, filesystem_user, keep_out_of_reach, parse_user
 from forge.sandboxes.base import ArchiveTooLarge, ExecResult, read_regular, resolve_in
 from forge.sandboxes.process import DEFAULT_OUTPUT_CAP, Sessions, become_subreaper
 
@@ -62,12 +73,26 @@ def _text(value: Any, field: str) -> str:
 
 
 class Agent:
-    """What the endpoints do, apart from HTTP."""
+    """What the endpoints do, apart from HTTP. ``user``: who execs run as and files are
+    written as by default (None: this process's own user)."""
 
-    def __init__(self, workspace: str, home: str) -> None:
+    def __init__(self, workspace: str, home: str, user: User | None = None) -> None:
         self.workspace, self.home = Path(workspace), Path(home)
         self.roots = {str(self.workspace): self.workspace, str(self.home): self.home}
         self.procs = Sessions()
+        self.user = user if user is not None and os.geteuid() == 0 else None
+
+    def exec_user(self, value: Any) -> User | None:
+        """Who an exec runs as: the default user, or the request's ``user`` (None: no switch,
+        this process's own user)."""
+        if value is None:
+            return self.user
+        wanted = parse_user(_text(value, "user"))
+        if wanted == (os.geteuid(), os.getegid()):
+            return None
+        if os.geteuid() != 0:
+            raise ValueError(f"field 'user': this agent is not root and cannot run as {value!r}")
+        return wanted
 
     def resolve(self, path: str) -> Path:
         """The real path of ``path`` (relative: from the workspace), symlinks followed as the
@@ -80,7 +105,7 @@ class Agent:
     def exec(self, req: Any) -> dict[str, Any]:
         if not isinstance(req, dict):
             raise ValueError("the body must be a JSON object")
-        unknown = set(req) - {"cmd", "timeout_s", "env", "cwd", "output_cap"}
+        unknown = set(req) - {"cmd", "timeout_s", "env", "cwd", "output_cap", "user"}
         if unknown:
             raise ValueError(f"unknown field(s): {sorted(unknown)}")
         cmd = req.get("cmd")
@@ -106,8 +131,9 @@ class Agent:
         cap = req.get("output_cap", DEFAULT_OUTPUT_CAP)
         if isinstance(cap, bool) or not isinstance(cap, int) or not 0 < cap <= MAX_OUTPUT_CAP:
             raise ValueError(f"field 'output_cap' must be an integer in [1, {MAX_OUTPUT_CAP}]")
+        user = self.exec_user(req.get("user"))
         try:
-            res = self.procs.run(cmd, env, str(cwd), float(timeout), cap)
+            res = self.procs.run(cmd, env, str(cwd), float(timeout), cap, user)
         except OSError as e:  # not found, not executable: as a shell would report it
             code = 127 if isinstance(e, FileNotFoundError) else 126
             res = ExecResult(code, "", f"forge-agent: cannot run {cmd[0]!r}: {e.strerror}\n")
@@ -117,12 +143,13 @@ class Agent:
         host = self.resolve(path)
         if host in self.roots.values():
             raise ValueError(f"path {path!r} is a directory")
-        host.parent.mkdir(parents=True, exist_ok=True)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(host, flags, mode & 0o777)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            os.fchmod(fd, mode)
+        with filesystem_user(self.user):
+            host.parent.mkdir(parents=True, exist_ok=True)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(host, flags, mode & 0o777)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                os.fchmod(fd, mode)
 
     def get_file(self, path: str) -> bytes | None:
         return read_regular(self.resolve(path), path)
@@ -134,7 +161,8 @@ class Agent:
         return archive.pack_dir(host, max_bytes=max_bytes)
 
     def put_archive(self, path: str, data: bytes) -> None:
-        archive.unpack_into(self.resolve(path), data)
+        with filesystem_user(self.user):
+            archive.unpack_into(self.resolve(path), data)
 
 
 def _int(query: dict[str, str], name: str, default: int, lo: int, hi: int) -> int:
@@ -294,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--home", default="/home/agent")
     p.add_argument("--proxy", action="append", default=[], metavar="HOST:PORT=SOCKET")
     p.add_argument("--socket-mode", default="600", help="octal mode of the Unix socket")
+    p.add_argument("--user", help="UID:GID that execs run as and files are written as")
     p.add_argument("--verbose", action="store_true", help="log every request")
     args = p.parse_args(argv)
     logging.basicConfig(
@@ -308,7 +337,14 @@ def main(argv: list[str] | None = None) -> int:
         p.error("no token: pass --token-file or set FORGE_AGENT_TOKEN")
     for d in (args.workspace, args.home):
         os.makedirs(d, exist_ok=True)
-    agent = Agent(os.path.realpath(args.workspace), os.path.realpath(args.home))
+    user = parse_user(args.user) if args.user else None
+    agent = Agent(os.path.realpath(args.workspace), os.path.realpath(args.home), user)
+    if agent.user is not None:
+        try:
+            keep_out_of_reach(agent.user, agent.home, [agent.workspace, agent.home],
+                              [args.unix, args.token_file])  # fmt: skip
+        except (OSError, ValueError) as e:
+            p.error(str(e))
     relays = []
     for spec in args.proxy:
         listen, sep, sock = spec.partition("=")

@@ -31,13 +31,14 @@ from forge.sandboxes.process import DEFAULT_OUTPUT_CAP
 AGENT_DIR = "/opt/forge/agent"  # where backends put the agent tree inside the container
 WORKSPACE = "/workspace"
 HOME = "/home/agent"
+HARNESS_UID = HARNESS_GID = 1000  # the images' unprivileged user ("agent"): harnesses run as it
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 EXEC_GRACE_S = 15.0  # beyond an exec's timeout_s: the kill grace and the transfer of its output
 IDLE_RECONNECT_S = 60.0  # a connection idle this long is replaced (the agent drops them at 300 s)
 MAX_BODY = 256 << 20  # the agent's limit on a file or an archive sent to it
 MAX_SMALL_REPLY = 1 << 20  # health, kill, errors, put acknowledgements
 ARCHIVE_ENTRY_OVERHEAD = 12 << 10  # tar header, pax records for a long name and link, padding
-_MODULES = ("base", "process", "archive", "bridge", "agent")
+_MODULES = ("base", "process", "archive", "bridge", "agent_user", "agent")
 _BOOT = (
     "import sys; sys.path.insert(0, {dir!r}); from forge.sandboxes.agent import main; "
     "sys.exit(main(sys.argv[1:]))"
@@ -118,11 +119,13 @@ def agent_command(
     python: str = "python3",
     agent_dir: str = AGENT_DIR,
     extra: list[str] | None = None,
+    user: tuple[int, int] | None = None,
 ) -> list[str]:
     """The argv that starts the agent from ``agent_dir`` in isolated mode (``-I``: no
     environment variable, user site or working directory affects it). Exactly one of ``unix``
     (socket path) and ``listen`` (``HOST:PORT``); without ``token_file`` the agent reads
-    ``FORGE_AGENT_TOKEN``; ``proxies`` maps ``HOST:PORT`` to a Unix socket to relay it to."""
+    ``FORGE_AGENT_TOKEN``; ``proxies`` maps ``HOST:PORT`` to a Unix socket to relay it to;
+    ``user`` (uid, gid): who execs run as (see the agent's ``--user``)."""
     if (unix is None) == (listen is None):
         raise ValueError("give exactly one of unix= and listen=")
     argv = [python, "-I", "-c", _BOOT.format(dir=agent_dir)]
@@ -132,6 +135,8 @@ def agent_command(
     argv += ["--workspace", workspace, "--home", home]
     for addr, sock in (proxies or {}).items():
         argv += ["--proxy", f"{addr}={sock}"]
+    if user is not None:
+        argv += ["--user", f"{user[0]}:{user[1]}"]
     return argv + list(extra or [])
 
 
@@ -376,7 +381,10 @@ class AgentClient:
         *,
         cwd: str | None = None,
         output_cap: int | None = None,
+        user: str | None = None,
     ) -> ExecResult:
+        """Run ``cmd``; ``user`` (``root``, a name, ``UID[:GID]``): as that user instead of
+        the agent's default one (the harness's)."""
         req: dict[str, Any] = {
             "cmd": list(cmd),
             "timeout_s": timeout_s,
@@ -386,6 +394,8 @@ class AgentClient:
             req["cwd"] = cwd
         if output_cap is not None:
             req["output_cap"] = output_cap
+        if user is not None:
+            req["user"] = user
         data = self._call(
             "POST",
             "/exec",

@@ -33,8 +33,15 @@ class AgentSandbox:
         return {}
 
     def exec(
-        self, cmd: list[str], timeout_s: float, env: dict[str, str] | None = None
+        self,
+        cmd: list[str],
+        timeout_s: float,
+        env: dict[str, str] | None = None,
+        *,
+        user: str | None = None,
     ) -> ExecResult:
+        """Run ``cmd`` as the sandbox's unprivileged user, or as ``user`` (``root``, a name,
+        ``UID[:GID]``: a verifier's own user, e.g. Harbor's ``verifier.user``)."""
         agent = self._agent()
         remaining = self.deadline - time.time()
         if remaining <= 0:
@@ -44,7 +51,7 @@ class AgentSandbox:
             )
         if not cmd:
             raise ValueError("empty command")
-        return agent.exec(cmd, min(timeout_s, remaining), env)
+        return agent.exec(cmd, min(timeout_s, remaining), env, user=user)
 
     def put_file(self, path: str, content: bytes | str, mode: int = 0o644) -> None:
         self._agent().put_file(path, content, mode)

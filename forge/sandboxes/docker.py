@@ -11,7 +11,15 @@ a verifier's sandbox (harness None) uses the base. A task's services (web apps, 
 are bind-mounted read-only like a harness's files.
 It has no network (``network_mode=none``): its only way out is the attempt's proxy, whose Unix
 socket is bind-mounted at ``/run/forge/proxy.sock`` and relayed by the agent to
-``127.0.0.1:<proxy_port>`` inside. CPU, memory and pids limits come from :class:`SandboxConfig`;
+``127.0.0.1:<proxy_port>`` inside. The harness runs as the images' unprivileged user
+(:data:`~forge.sandboxes.agent_client.HARNESS_UID`), which cannot enter ``/run/forge`` (the
+host folder: mode 0700, not its own), so it can neither read the token nor replace the
+agent's socket; the agent (root) refuses to start otherwise. The image's root is read-only and
+the writable places (workspace, home, /tmp, /var/tmp) are tmpfs mounts of ``disk_mb`` each:
+``yes > f`` ends in ENOSPC, never on the host's disk. A task's own image (Harbor) keeps a
+writable root and its workdir on the container's layer, with the files the image put there
+(Docker copies nothing into a tmpfs): no quota there but the daemon's own. CPU, memory and
+pids limits come from :class:`SandboxConfig`;
 labels name the run, HarnessPod, episode, attempt and a deadline (epoch seconds), so
 :func:`reap_containers` finds leaked ones. The workspace and home live in the container.
 A task that brings its own Dockerfile (a Harbor task) runs from its own image
@@ -40,6 +48,8 @@ from forge.config import SandboxConfig
 from forge.sandboxes import bridge, dockerd
 from forge.sandboxes.agent_client import (
     DEFAULT_PATH,
+    HARNESS_GID,
+    HARNESS_UID,
     HOME,
     WORKSPACE,
     AgentClient,
@@ -50,6 +60,7 @@ from forge.sandboxes.agent_sandbox import AgentSandbox
 from forge.sandboxes.base import SandboxSpec
 from forge.sandboxes.bwrap import IsolationUnavailable
 from forge.sandboxes.orphans import dir_name, pid_start, rmtree
+from forge.sandboxes.tmproot import private_root
 
 log = logging.getLogger(__name__)
 
@@ -237,6 +248,7 @@ class DockerSandbox(AgentSandbox):
             workspace=self.workspace,
             proxies=proxies,
             extra=extra,
+            user=(HARNESS_UID, HARNESS_GID),
         )
         self.deadline = time.time() + spec.deadline_s
         self.name = f"forge-{dir_name(spec.labels)}-{secrets.token_hex(3)}"
@@ -252,7 +264,8 @@ class DockerSandbox(AgentSandbox):
             environment={"PATH": DEFAULT_PATH, "HOME": HOME, "LANG": "C.UTF-8", "TZ": "UTC"},
             host_config=client.api.create_host_config(
                 mounts=mounts,
-                tmpfs={"/tmp": "rw,nosuid,nodev,mode=1777"},  # counted in the memory limit
+                tmpfs=tmpfs_mounts(cfg.disk_mb, None if task else self.workspace),  # in memory_mb
+                read_only=not spec.environment,
                 network_mode="none",
                 init=True,
                 nano_cpus=int(cpus * 1e9),
@@ -283,7 +296,7 @@ class DockerSandbox(AgentSandbox):
         root = root / "openforge-docker"
         if len(str(root)) > 60:  # Unix socket paths are limited to ~108 bytes
             root = Path(tempfile.gettempdir()) / "openforge-docker"
-        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_root(root)  # never a folder another user made or can write into
         d = Path(tempfile.mkdtemp(prefix=dir_name(spec.labels)[:24] + "-", dir=root))
         self._state.dir = d
         return d
@@ -343,6 +356,17 @@ class DockerSandbox(AgentSandbox):
         if self._proxy_addr is None:
             raise RuntimeError("sandbox has no proxy: set spec.proxy_socket or spec.proxy_tcp")
         return self._proxy_addr
+
+
+def tmpfs_mounts(disk_mb: int | None, workspace: str | None) -> dict[str, str]:
+    """The container's writable places, each a tmpfs of ``disk_mb`` (None: unbounded, but for
+    the memory limit): the workspace (None: a task image's workdir, whose files Docker would
+    not copy into a tmpfs, stays on the container's own layer) and home, handed to the
+    harness's user by the agent, and the shared temp folders (noexec, as Docker's default)."""
+    size = f",size={disk_mb}m" if disk_mb is not None else ""
+    out = {p: f"rw,nosuid,nodev,mode=1777{size}" for p in ("/tmp", "/var/tmp")}
+    out.update({p: f"rw,exec,nosuid,nodev,mode=0755{size}" for p in (workspace, HOME) if p})
+    return out
 
 
 def _bind(source: str, target: str, read_only: bool) -> Any:

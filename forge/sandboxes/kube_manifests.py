@@ -137,12 +137,21 @@ def pod_manifest(
     node_selector: dict[str, str] | None = None,
     image_pull_secrets: list[str] | None = None,
     workdir: str = "/workspace",
+    home: str = "/home/agent",
+    disk_mb: int | None = None,
 ) -> dict[str, Any]:
     """The sandbox pod. Runs as root with Docker's default capabilities minus NET_RAW and the
     like (``drop: [ALL]``, then the seven of :data:`CAPS` added back, as the docker backend;
     the Pod Security "baseline" level admits it) or, with ``run_as_user``, as that non-root
     user with no capability at all ("restricted"); never privileged, no privilege escalation,
-    the runtime's default seccomp profile, no service account token, no service links."""
+    the runtime's default seccomp profile, no service account token, no service links. As
+    root, the agent (``command``, with ``--user``) runs the harness as the image's
+    unprivileged user, which cannot read the agent's environment (the token) or memory.
+
+    The image's root file system is read-only; the writable places (``workdir``, ``home``,
+    /tmp, /var/tmp) are memory-backed emptyDir volumes of ``disk_mb`` each (``sizeLimit``: a
+    tmpfs of that size, so a full one is ENOSPC for the command, not an eviction; the pages
+    count in the memory limit)."""
     root = run_as_user is None
     pod_security: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
     if not root:
@@ -154,6 +163,10 @@ def pod_manifest(
     env_list = [{"name": k, "value": v} for k, v in env.items()]
     env_list.append({"name": "FORGE_AGENT_TOKEN", "value": token})
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
+    places = [("workspace", workdir), ("home", home), ("tmp", "/tmp"), ("var-tmp", "/var/tmp")]
+    empty_dir: dict[str, Any] = {"medium": "Memory"}
+    if disk_mb is not None:
+        empty_dir["sizeLimit"] = f"{disk_mb}Mi"
     if annotations:
         meta["annotations"] = dict(annotations)
     if owner is not None:
@@ -180,10 +193,13 @@ def pod_manifest(
                 "securityContext": {
                     "allowPrivilegeEscalation": False,
                     "privileged": False,
+                    "readOnlyRootFilesystem": True,
                     "capabilities": caps,
                 },
+                "volumeMounts": [{"name": n, "mountPath": p} for n, p in places],
             }
         ],
+        "volumes": [{"name": n, "emptyDir": empty_dir} for n, _ in places],
     }
     if node_selector:
         spec["nodeSelector"] = dict(node_selector)

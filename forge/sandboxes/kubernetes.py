@@ -222,7 +222,10 @@ class KubernetesSandbox(AgentSandbox):
             name=self.name,
             namespace=s.namespace,
             image=self.image,
-            command=ac.agent_command(listen=f"0.0.0.0:{s.agent_port}"),
+            command=ac.agent_command(  # as root, the agent runs the harness unprivileged
+                listen=f"0.0.0.0:{s.agent_port}",
+                user=(ac.HARNESS_UID, ac.HARNESS_GID) if s.run_as_user is None else None,
+            ),
             labels=labels,
             annotations={NONCE: secrets.token_hex(8)},
             env=dict(BASE_ENV),
@@ -235,6 +238,7 @@ class KubernetesSandbox(AgentSandbox):
             run_as_user=s.run_as_user,
             node_selector=s.node_selector,
             image_pull_secrets=list(s.image_pull_secrets),
+            disk_mb=cfg.disk_mb,
         )
 
     # -- lifecycle ------------------------------------------------------------------------

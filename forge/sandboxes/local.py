@@ -18,6 +18,10 @@ host Unix socket ``spec.proxy_socket`` is bound at ``/run/forge/proxy.sock``; th
 constructing the sandbox raises :class:`IsolationUnavailable` saying how to install it. Only
 ``isolation="none"`` runs the command as a plain process group in the host workspace, sharing
 the host's network and files (with a warning).
+
+With ``disk_mb`` (``sandbox.disk_mb``) the workspace, home and /tmp live on a file system of
+that size loop-mounted at ``<dir>/disk`` (:mod:`forge.sandboxes.quota`; root only, else a
+warning and no quota): a command that fills it gets ENOSPC, the host's disk is untouched.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from forge.sandboxes import archive, bridge
+from forge.sandboxes import archive, bridge, quota
 from forge.sandboxes.base import ExecResult, SandboxSpec, read_regular, resolve_in
 from forge.sandboxes.bwrap import (
     HOME,
@@ -57,6 +61,7 @@ from forge.sandboxes.orphans import (
     rmtree,
 )
 from forge.sandboxes.process import DEFAULT_OUTPUT_CAP, kill_group, run_in_group
+from forge.sandboxes.tmproot import private_root
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +109,7 @@ def _cleanup(state: _State) -> None:
     for r in relays:
         r.close()
     for d in state.dirs:
+        quota.release(d)  # the disk quota's file system first: rmtree cannot remove a mount
         rmtree(d)
 
 
@@ -121,6 +127,7 @@ class LocalSandbox:
         isolation: Literal["required", "none"] = "required",
         output_cap: int = DEFAULT_OUTPUT_CAP,
         kill_grace_s: float = 2.0,
+        disk_mb: int | None = None,
     ) -> None:
         if isolation not in ISOLATION:
             raise ValueError(f"isolation must be one of {ISOLATION}, not {isolation!r}")
@@ -132,6 +139,11 @@ class LocalSandbox:
         self.isolated = isolation == "required"
         self.output_cap = output_cap
         self.kill_grace_s = kill_grace_s
+        self.disk_mb = disk_mb
+        if disk_mb is not None and quota.quota_problem():
+            _warn_once("quota", f"local sandboxes get no disk quota: {quota.quota_problem()}")
+            self.disk_mb = None
+        self._data: Path | None = None  # where workspace, home (and tmp) live
         self.spec = SandboxSpec()
         self.dir: Path | None = None
         self.deadline = 0.0
@@ -144,11 +156,16 @@ class LocalSandbox:
 
     @property
     def host_workspace(self) -> Path:
-        return self._require() / "workspace"
+        return self._data_dir() / "workspace"
 
     @property
     def host_home(self) -> Path:
-        return self._require() / "home"
+        return self._data_dir() / "home"
+
+    def _data_dir(self) -> Path:
+        """The sandbox folder, or with a disk quota the file system mounted in it."""
+        d = self._require()
+        return self._data if self._data is not None else d
 
     @property
     def workspace(self) -> str:
@@ -184,7 +201,7 @@ class LocalSandbox:
         for host in spec.ro_mounts:
             if not os.path.exists(host):
                 raise FileNotFoundError(f"read-only mount source does not exist: {host}")
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_root(self.root)  # never a folder another user made or can write into
         d = Path(tempfile.mkdtemp(prefix=dir_name(spec.labels) + "-", dir=self.root))
         self._state.dirs.append(d)
         self.dir, self.spec = d, spec
@@ -202,8 +219,11 @@ class LocalSandbox:
         tmp = d / (LABELS_FILE + ".tmp")
         tmp.write_text(json.dumps(record, indent=1))
         tmp.replace(d / LABELS_FILE)
-        for sub in ("workspace", "home") if self.isolated else ("workspace", "home", "tmp"):
-            (d / sub).mkdir()
+        if self.disk_mb is not None:  # workspace, home and /tmp on a file system of that size
+            self._data = quota.mount_disk(d, self.disk_mb)
+        keep_tmp = self._data is not None or not self.isolated
+        for sub in ("workspace", "home", "tmp") if keep_tmp else ("workspace", "home"):
+            (self._data_dir() / sub).mkdir()
         if self.isolated:
             write_etc(str(d / "etc"))
         self._setup_proxy(spec, d)
@@ -253,7 +273,7 @@ class LocalSandbox:
             "LANG": "C.UTF-8",
         }
         if not self.isolated:
-            env["TMPDIR"] = str(self._require() / "tmp")
+            env["TMPDIR"] = str(self._data_dir() / "tmp")
         env.update(self.spec.env)
         env.update(extra or {})
         return env
@@ -280,9 +300,11 @@ class LocalSandbox:
                 listen = f"127.0.0.1:{self.spec.proxy_port}"
                 # -I -S: the relay needs only the standard library (skipping site: ~15 ms less)
                 cmd = [host_python(), "-I", "-S", BRIDGE, listen, PROXY_SOCKET, "--", *cmd]
+            if self._data is not None:  # /tmp inside the quota too (bwrap's own is unbounded)
+                binds[str(self._data / "tmp")] = "/tmp"
             argv = bwrap_argv(
-                workspace=str(d / "workspace"),
-                home=str(d / "home"),
+                workspace=str(self.host_workspace),
+                home=str(self.host_home),
                 ro_mounts=ro_mounts,
                 binds=binds,
                 etc=str(d / "etc"),
@@ -290,7 +312,7 @@ class LocalSandbox:
             argv += cmd
             cwd = str(d)
         else:
-            argv, cwd = list(cmd), str(d / "workspace")
+            argv, cwd = list(cmd), str(self.host_workspace)
         return run_in_group(
             argv,
             env=self._env(env),

@@ -94,8 +94,10 @@ def run_in_group(
     grace_s: float = 2.0,
     on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
     on_end: Callable[[subprocess.Popen[bytes]], None] | None = None,
+    user: tuple[int, int] | None = None,
 ) -> ExecResult:
-    """Run ``argv`` as the leader of a new session; stdin is closed.
+    """Run ``argv`` as the leader of a new session; stdin is closed. ``user`` (uid, gid): the
+    child drops to that user (setgroups to none, setgid, setuid) before it runs ``argv``.
 
     On timeout the whole process group gets SIGTERM, then SIGKILL after ``grace_s``; the result
     has ``exit_code=-1``, ``timed_out=True`` and the output read so far. When the leader exits on
@@ -110,6 +112,7 @@ def run_in_group(
         env=env,
         cwd=cwd,
         start_new_session=True,
+        **(dict(user=user[0], group=user[1], extra_groups=[]) if user is not None else {}),
     )
     assert proc.stdout is not None and proc.stderr is not None
     if on_start is not None:
@@ -162,6 +165,14 @@ def _proc_table() -> list[tuple[int, int, int, str]]:
     return rows
 
 
+def _prefer_for_oom(pid: int) -> None:
+    """Make the kernel's OOM killer pick ``pid`` (and what it starts) before the agent itself,
+    when the sandbox's memory (its tmpfs disks too) runs out: the policy's commands die, the
+    agent that reports it lives. Raising a score needs no privilege; best effort."""
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/oom_score_adj", "w") as f:
+        f.write("500")
+
+
 def become_subreaper() -> bool:
     """Make orphaned descendants reparent to this process (Linux prctl): kill_all finds them."""
     if os.getpid() == 1:
@@ -209,12 +220,19 @@ class Sessions:
         self.wake = Waker()
 
     def run(
-        self, argv: list[str], env: dict[str, str], cwd: str, timeout_s: float, cap: int
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str,
+        timeout_s: float,
+        cap: int,
+        user: tuple[int, int] | None = None,
     ) -> ExecResult:
         registered = False
 
         def started(proc: subprocess.Popen[bytes]) -> None:
             nonlocal registered
+            _prefer_for_oom(proc.pid)
             with self.lock:
                 self.leaders.add(proc.pid)
                 self.sessions.add(proc.pid)
@@ -231,7 +249,7 @@ class Sessions:
         try:
             return run_in_group(
                 argv, env=env, cwd=cwd, timeout_s=timeout_s, output_cap=cap,
-                on_start=started, on_end=ended,
+                on_start=started, on_end=ended, user=user,
             )  # fmt: skip
         finally:
             if not registered:

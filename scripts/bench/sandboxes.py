@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from forge.config import SandboxConfig
 from forge.sandboxes import dockerd, sandbox_for
 from forge.sandboxes.base import Sandbox, SandboxSpec
+from forge.sandboxes.tmproot import private_root
 from tests.forge.httpstub import StubServer
 
 BACKENDS = ("local", "docker", "kubernetes")
@@ -149,7 +150,7 @@ def private_daemon() -> Iterator[dockerd.Daemon]:
 
     from forge import images
 
-    PARENT.mkdir(parents=True, exist_ok=True)
+    private_root(PARENT)  # a private folder of ours, never one another user made
     dockerd.sweep_stale(PARENT)
     root = Path(tempfile.mkdtemp(prefix="d", dir=PARENT))
     daemon = dockerd.start_daemon(root)

@@ -21,6 +21,7 @@ from forge import images
 from forge.harnesses.install import PACKAGES
 from forge.sandboxes import dockerd
 from forge.sandboxes.docker import client_for
+from forge.sandboxes.tmproot import private_root
 from serve.models import cache_dir
 
 PARENT = Path(tempfile.gettempdir()) / "openforge-test-dockerd"
@@ -41,7 +42,7 @@ def docker_daemon() -> Iterator[dockerd.Daemon]:
     why = _why_not()
     if why is not None:
         pytest.skip(why)
-    PARENT.mkdir(parents=True, exist_ok=True)
+    private_root(PARENT)  # a private folder of ours, never one another user made
     dockerd.sweep_stale(PARENT)
     root = Path(tempfile.mkdtemp(prefix="d", dir=PARENT))
     daemon = dockerd.start_daemon(root)

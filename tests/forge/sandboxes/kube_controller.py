@@ -360,6 +360,7 @@ class LocalKubelet(Kubelet):
     def start_pod(self, pod: dict[str, Any], ip: str) -> Any:
         c = pod["spec"]["containers"][0]
         tmp = Path(tempfile.mkdtemp(prefix="kubelet-"))
+        os.chmod(tmp, 0o755)  # as a container's root: the harness's user may traverse it
         for rel, data in agent_tree().items():
             p = tmp / "agent" / rel
             p.parent.mkdir(parents=True, exist_ok=True)
@@ -417,7 +418,17 @@ class DockerKubelet(Kubelet):
         c = pod["spec"]["containers"][0]
         caps = (c.get("securityContext") or {}).get("capabilities") or {}
         limits = (c.get("resources") or {}).get("limits") or {}
+        volumes = {v["name"]: v.get("emptyDir") for v in pod["spec"].get("volumes") or []}
+        tmpfs = {}  # a memory-backed emptyDir is a tmpfs of its sizeLimit, as a kubelet makes it
+        for m in c.get("volumeMounts") or []:
+            empty = volumes.get(m["name"])
+            assert empty is not None and empty.get("medium") == "Memory", m
+            size = empty.get("sizeLimit")
+            opts = "rw,exec,nosuid,nodev" + (f",size={_quantity(size):.0f}" if size else "")
+            tmpfs[m["mountPath"]] = opts
         host = self.docker.api.create_host_config(
+            tmpfs=tmpfs,
+            read_only=bool((c.get("securityContext") or {}).get("readOnlyRootFilesystem")),
             network_mode="host",
             cap_drop=caps.get("drop"),
             cap_add=caps.get("add"),

@@ -131,7 +131,7 @@ def unix_agent(tmp_path: Path) -> Iterator[Agent]:
 
 def test_tree_is_minimal_and_stdlib_only(tmp_path: Path) -> None:
     tree = agent_tree()
-    mods = ["base", "process", "archive", "bridge", "agent"]
+    mods = ["base", "process", "archive", "bridge", "agent_user", "agent"]
     assert set(tree) == {"forge/__init__.py", "forge/sandboxes/__init__.py"} | {
         f"forge/sandboxes/{m}.py" for m in mods
     }

@@ -186,6 +186,8 @@ def test_base_image_with_read_only_mounts(make, docker_images) -> None:
     assert sb.image == docker_images["base"]
     assert sb.exec(["cat", PROGRAM], 10).stdout == Path(PROGRAM_HOST).read_text()
     r = sh(sb, f"echo x >> {PROGRAM}")
+    assert r.exit_code != 0 and "Permission denied" in r.stderr  # the harness's user
+    r = sb.exec(["sh", "-c", f"echo x >> {PROGRAM}"], 10, user="root")  # root: the mount
     assert r.exit_code != 0 and "Read-only" in r.stderr
 
 

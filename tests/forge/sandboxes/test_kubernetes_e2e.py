@@ -13,6 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from forge.config import SandboxConfig
+from forge.sandboxes.agent_client import HARNESS_UID
 from forge.sandboxes.base import SandboxSpec
 from forge.sandboxes.kube_api import RetryPolicy
 from forge.sandboxes.kube_reconcile import reap_pods
@@ -35,7 +37,8 @@ def test_pod_in_a_container_exec_files_proxy_destroy(cluster) -> None:
     kube, kubelet = cluster
     stub = StubServer(lambda m, p, h, b: (200, {"path": p}, {}))
     settings = KubeSettings(namespace=NS, agent_port=18938, pod_start_timeout_s=60)
-    box = KubernetesSandbox(settings=settings, api=kube.client(), policy=RetryPolicy())
+    config = SandboxConfig(backend="kubernetes", disk_mb=16)
+    box = KubernetesSandbox(config, settings=settings, api=kube.client(), policy=RetryPolicy())
     try:
         labels = {"run": "e2e", "pod": "hp-0", "episode": "ep-1", "attempt": "0"}
         box.create(SandboxSpec(labels=labels, deadline_s=120, proxy_tcp=stub.address))
@@ -43,7 +46,16 @@ def test_pod_in_a_container_exec_files_proxy_destroy(cluster) -> None:
         r = box.exec(["sh", "-c", "id -u; pwd; cat /etc/debian_version"], 20)
         assert r.exit_code == 0, r.stderr
         uid, cwd, _ = r.stdout.splitlines()
-        assert (uid, cwd) == ("0", "/workspace")
+        assert (uid, cwd) == (str(HARNESS_UID), "/workspace")  # the harness is unprivileged
+        # the token is in the agent's environment (the pod spec's env): not readable to it
+        token = box._state.agent._auth.removeprefix("Bearer ")
+        r = box.exec(["sh", "-c", "for d in /proc/[0-9]*; do cat $d/environ; done"], 20)
+        assert token not in r.stdout + r.stderr and "Permission denied" in r.stderr
+        assert token in box.exec(["cat", "/proc/1/environ"], 20, user="root").stdout + (
+            box.exec(["sh", "-c", "cat /proc/[0-9]*/environ"], 20, user="root").stdout
+        )
+        r = box.exec(["sh", "-c", "yes > f; du -m f | cut -f1; rm f"], 60)  # its disk quota
+        assert "No space left on device" in r.stderr and int(r.stdout) <= 16, r
         box.put_file("src/a.py", "print(6 * 7)\n")
         assert box.exec(["python3", "src/a.py"], 20).stdout == "42\n"
         with tarfile.open(fileobj=io.BytesIO(box.get_archive("src"))) as tar:

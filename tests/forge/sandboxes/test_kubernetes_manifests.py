@@ -269,3 +269,31 @@ def test_retry_policy() -> None:
     when = email.utils.formatdate(time.time() + 5, usegmt=True)
     assert 3.0 <= q.retry_after({"Retry-After": when}) <= 5.0
     assert q.retry_after({"Retry-After": "soon"}) is None
+
+
+def test_pod_runs_the_harness_unprivileged_on_a_quota() -> None:
+    """The backend's pod: the agent drops harness commands to the images' user, the image's
+    root is read-only, and every writable place is a memory-backed emptyDir of disk_mb."""
+    from forge.config import SandboxConfig
+    from forge.sandboxes.agent_client import HARNESS_UID
+    from forge.sandboxes.base import SandboxSpec
+    from forge.sandboxes.kubernetes import KubernetesSandbox
+
+    box = KubernetesSandbox(SandboxConfig(backend="kubernetes", disk_mb=512))
+    box.name, box.image = "p", "openforge/base:x"
+    m = box.manifest(SandboxSpec(labels=LABELS), "t0k3n", None, "hb")
+    validate(m)
+    c = m["spec"]["containers"][0]
+    i = c["command"].index("--user")
+    assert c["command"][i + 1] == f"{HARNESS_UID}:{HARNESS_UID}"
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    mounts = {v["mountPath"]: v["name"] for v in c["volumeMounts"]}
+    assert set(mounts) == {"/workspace", "/home/agent", "/tmp", "/var/tmp"}
+    volumes = {v["name"]: v["emptyDir"] for v in m["spec"]["volumes"]}
+    assert set(volumes) == set(mounts.values())
+    assert all(v == {"medium": "Memory", "sizeLimit": "512Mi"} for v in volumes.values())
+    settings = box.settings.model_copy(update={"run_as_user": 2000})  # a non-root pod cannot drop
+    box = KubernetesSandbox(SandboxConfig(backend="kubernetes"), settings=settings)
+    box.name, box.image = "p", "openforge/base:x"
+    command = box.manifest(SandboxSpec(labels=LABELS), "t", None, "hb")["spec"]["containers"][0]
+    assert "--user" not in command["command"]

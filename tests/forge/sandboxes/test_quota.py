@@ -1,0 +1,97 @@
+"""Disk quotas on local (bubblewrap) sandboxes, and shared temp roots with owner and mode
+checks: a full disk is ENOSPC inside the sandbox, never the host's; a root another user made
+or can write into is refused, naming it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from forge.config import SandboxConfig
+from forge.sandboxes import quota, sandbox_for
+from forge.sandboxes.base import SandboxSpec
+from forge.sandboxes.bwrap import bwrap_works
+from forge.sandboxes.local import LocalSandbox
+from forge.sandboxes.tmproot import UnsafeTempRoot, private_root
+
+needs_quota = pytest.mark.skipif(
+    quota.quota_problem() is not None or not bwrap_works(),
+    reason=f"local disk quotas: {quota.quota_problem()}",
+)
+
+
+@needs_quota
+@pytest.mark.parametrize("isolation", ["required", "none"])
+def test_a_full_disk_is_enospc_inside_the_quota(tmp_path: Path, isolation: str) -> None:
+    cfg = SandboxConfig(root=str(tmp_path / "root"), isolation=isolation, disk_mb=24)  # type: ignore[arg-type]
+    sb = sandbox_for(cfg, None)
+    assert isinstance(sb, LocalSandbox)
+    sb.create(SandboxSpec(labels={"run": "q", "attempt": "0"}))
+    try:
+        tmp = "/tmp" if isolation == "required" else "$TMPDIR"
+        for where in ("f", "$HOME/f", f"{tmp}/f"):
+            r = sb.exec(["sh", "-c", f"yes > {where}; echo rc=$?; du -m {where} | cut -f1"], 60)
+            assert "No space left on device" in r.stderr, (where, r)
+            assert int(r.stdout.split()[-1]) <= 24, (where, r)
+            sb.exec(["sh", "-c", f"rm {where}"], 10)
+        r = sb.exec(["sh", "-c", "echo ok > ok; cat ok"], 10)
+        assert r.stdout == "ok\n"  # the sandbox goes on: the policy can clean up and carry on
+        assert sb.get_file("ok") == b"ok\n"
+        disk = sb.dir / quota.DISK  # type: ignore[operator]
+        assert os.path.ismount(disk)
+    finally:
+        sb.destroy()
+    assert not os.path.exists(disk) and not os.path.ismount(disk)  # unmounted and removed
+
+
+def test_without_a_quota_setting_nothing_is_mounted(tmp_path: Path) -> None:
+    sb = LocalSandbox(root=tmp_path, isolation="none")
+    sb.create(SandboxSpec())
+    try:
+        assert not (sb.dir / quota.DISK).exists()  # type: ignore[operator]
+        assert sb.host_workspace == sb.dir / "workspace"  # type: ignore[operator]
+    finally:
+        sb.destroy()
+
+
+def test_config_describes_the_quota() -> None:
+    field = SandboxConfig.model_fields["disk_mb"]
+    assert field.default == 2048 and "ENOSPC" in (field.description or "")
+    with pytest.raises(ValueError, match="disk_mb"):
+        SandboxConfig(disk_mb=1)
+
+
+def test_private_root_is_created_closed(tmp_path: Path) -> None:
+    root = private_root(tmp_path / "a" / "openforge-x")
+    assert root.is_dir() and (root.stat().st_mode & 0o777) == 0o700
+    os.chmod(root, 0o755)  # ours but readable by others: closed again
+    assert (private_root(root).stat().st_mode & 0o777) == 0o700
+
+
+def test_a_root_others_can_write_into_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "openforge-sandboxes"
+    root.mkdir()
+    os.chmod(root, 0o777)
+    with pytest.raises(UnsafeTempRoot, match=r"mode 777: other users can write"):
+        private_root(root)
+    with pytest.raises(UnsafeTempRoot, match=str(root)):
+        LocalSandbox(root=root, isolation="none").create(SandboxSpec())
+
+
+def test_a_link_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").mkdir(mode=0o700)
+    (tmp_path / "openforge-sandboxes").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(UnsafeTempRoot, match="not a directory"):
+        private_root(tmp_path / "openforge-sandboxes")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a folder another user's needs root")
+def test_a_root_another_user_owns_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "openforge-sandboxes"
+    root.mkdir(mode=0o700)
+    os.chown(root, 65534, 65534)
+    with pytest.raises(UnsafeTempRoot, match="owned by uid 65534, not by this user"):
+        LocalSandbox(root=root, isolation="none").create(SandboxSpec())
+    assert os.listdir(root) == []  # nothing was put there
