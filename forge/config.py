@@ -136,7 +136,12 @@ class RolloutConfig(_Strict):
         description="Retries of a failed attempt in a fresh sandbox before its group is dropped.",
     )
     attempt_timeout_s: float = Field(
-        600.0, gt=0, description="Wall-clock bound on one attempt, sandbox start to verdict."
+        600.0,
+        gt=0,
+        description="Wall-clock bound on one attempt, sandbox start to verdict; at least each "
+        "task's timeout_s plus its verifiers' command timeouts plus 30 s (checked when the tasks "
+        "load). What it leaves over is how long the Policy may keep a harness waiting before "
+        "the attempt is `policy_stalled` (an infrastructure failure).",
     )
     buffer_capacity: int = Field(
         64, ge=1, description="Groups the ReplayBuffer holds before collection pauses."
@@ -144,8 +149,9 @@ class RolloutConfig(_Strict):
     seed: int = Field(0, description="Seed for the order tasks are drawn in.")
     policy_failures: Literal["score_zero", "drop"] = Field(
         "score_zero",
-        description="An attempt the policy ended (context full, turn or token limit, a timeout "
-        "while the harness waited on the model or ran its commands, unparseable tool calls): "
+        description="An attempt the policy ended (context full, history too large, turn or "
+        "token limit, a timeout of the harness's own time, unparseable tool calls, a harness "
+        "killed or crashed after the model's answers: forge/outcome.py): "
         "score_zero keeps it as a finished episode with reward 0 and its `truncated` reason, "
         "trained on; drop treats it like an infrastructure failure (retried, then the group "
         "is dropped).",

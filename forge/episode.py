@@ -22,6 +22,7 @@ Policy may keep it waiting up to what ``rollout.attempt_timeout_s`` leaves over
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -46,6 +47,8 @@ __all__ = ["SANDBOX_SLACK_S", "HarnessClock", "classify_end", "run_attempt"]
 
 log = logging.getLogger(__name__)
 LOG_TAIL = 4000  # characters of harness output kept on the episode
+CLOCK_TICK_S = 0.1  # the shortest sleep of a HarnessClock (it is that late at most)
+END_GRACE_S = 10.0  # how long a harness's exec may take to return once its sandbox is destroyed
 
 
 class HarnessClock:
@@ -65,7 +68,7 @@ class HarnessClock:
     async def run(self) -> None:
         start = time.monotonic()
         while (left := self.timeout_s - self.used(start)) > 0:
-            await asyncio.sleep(left)  # wakes early never; late by the Policy's time, rechecked
+            await asyncio.sleep(max(left, CLOCK_TICK_S))  # the Policy's time: slept again
         self.fired = True
         await asyncio.to_thread(self.end)
 
@@ -74,24 +77,25 @@ async def run_harness(
     sandbox: Any, command: list[str], env: dict[str, str], clock: HarnessClock, cap_s: float
 ) -> ExecResult | None:
     """Run the harness under ``clock``, at most ``cap_s`` of wall time; a harness the clock
-    ended is a timed-out result (its output, where the backend still had it)."""
+    ended (its sandbox destroyed) is a timed-out result, with its output where the backend
+    still returns it within :data:`END_GRACE_S` (an exec a backend leaves hanging is left)."""
+    run = asyncio.ensure_future(asyncio.to_thread(sandbox.exec, command, cap_s, env))
     watch = asyncio.create_task(clock.run())
-    result: ExecResult | None = None
     try:
-        result = await asyncio.to_thread(sandbox.exec, command, cap_s, env)
-    except Exception:
-        if not clock.fired:  # the sandbox broke on its own
-            raise
-    finally:
-        if clock.fired:
-            await watch  # the sandbox is destroyed before anything reads it
-        else:
-            watch.cancel()
-    if clock.fired:
+        await asyncio.wait({run, watch}, return_when=asyncio.FIRST_COMPLETED)
+        if not clock.fired:
+            return await run  # the harness ended, or the sandbox broke on its own
+        await watch  # the sandbox is destroyed
+        result: ExecResult | None = None
+        with contextlib.suppress(Exception):
+            result = await asyncio.wait_for(asyncio.shield(run), END_GRACE_S)
         out, err = (result.stdout, result.stderr) if result else ("", "")
-        timeout = clock.timeout_s
-        return ExecResult(-1, out, err, timed_out=True, duration_s=timeout)
-    return result
+        return ExecResult(-1, out, err, timed_out=True, duration_s=clock.timeout_s)
+    finally:
+        if not watch.done():
+            watch.cancel()
+        if not run.done():  # left to its thread: its outcome is not wanted
+            run.add_done_callback(lambda f: f.cancelled() or f.exception())
 
 
 async def run_attempt(

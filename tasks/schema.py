@@ -52,7 +52,11 @@ class Limits(BaseModel):
 
     max_turns: int = Field(default=20, ge=1, description="Most model calls one attempt may make.")
     timeout_s: float = Field(
-        default=300.0, gt=0, description="Wall-clock seconds one attempt may run before it fails."
+        default=300.0,
+        gt=0,
+        description="Seconds the harness may run, not counting the time its model calls spend "
+        "inside the Policy (queued or held by a weight update): past it the attempt ends as the "
+        "policy's `timeout` (after a model call).",
     )
     max_tokens_per_turn: int = Field(
         default=512, ge=1, description="Most tokens the policy samples for one model call."

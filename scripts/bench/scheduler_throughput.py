@@ -83,7 +83,14 @@ class SimulatedPod:
         return None
 
     async def run_episode(
-        self, task, harness, attempt=0, episode_id="", harness_options=None, temperature=None
+        self,
+        task,
+        harness,
+        attempt=0,
+        episode_id="",
+        harness_options=None,
+        temperature=None,
+        attempt_timeout_s=None,
     ) -> Episode:
         return _episode(episode_id, attempt, task["id"], harness)
 
@@ -116,6 +123,7 @@ class PodHost:
         episode_id="",
         harness_options=None,
         temperature=None,
+        attempt_timeout_s=None,
     ) -> Episode:
         if pod_id not in self.pods:
             raise RuntimeError(f"pod {pod_id} is not started on this host")
