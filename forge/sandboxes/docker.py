@@ -14,7 +14,8 @@ socket is bind-mounted at ``/run/forge/proxy.sock`` and relayed by the agent to
 ``127.0.0.1:<proxy_port>`` inside. The harness runs as the images' unprivileged user
 (:data:`~forge.sandboxes.agent_client.HARNESS_UID`), which cannot enter ``/run/forge`` (the
 host folder: mode 0700, not its own), so it can neither read the token nor replace the
-agent's socket; the agent (root) refuses to start otherwise. The image's root is read-only and
+agent's socket; the agent (root) refuses to start otherwise (in a task's own image: its
+``agent_user``, else root, as Harbor runs agents). The image's root is read-only and
 the writable places (workspace, home, /tmp, /var/tmp) are tmpfs mounts of ``disk_mb`` each:
 ``yes > f`` ends in ENOSPC, never on the host's disk. A task's own image (Harbor) keeps a
 writable root and its workdir on the container's layer, with the files the image put there
@@ -247,8 +248,7 @@ class DockerSandbox(AgentSandbox):
             token_file=TOKEN_FILE,
             workspace=self.workspace,
             proxies=proxies,
-            extra=extra,
-            user=(HARNESS_UID, HARNESS_GID),
+            extra=extra + harness_user_args(spec.environment),
         )
         self.deadline = time.time() + spec.deadline_s
         self.name = f"forge-{dir_name(spec.labels)}-{secrets.token_hex(3)}"
@@ -356,6 +356,16 @@ class DockerSandbox(AgentSandbox):
         if self._proxy_addr is None:
             raise RuntimeError("sandbox has no proxy: set spec.proxy_socket or spec.proxy_tcp")
         return self._proxy_addr
+
+
+def harness_user_args(environment: dict[str, Any] | None) -> list[str]:
+    """The agent's ``--user``: the images' unprivileged user; in a task's own image (Harbor)
+    the task's ``agent_user`` when it names one, else none (root, as Harbor runs its agents and
+    oracles: the residual risk docs/harbor.md states)."""
+    if not environment:
+        return ["--user", f"{HARNESS_UID}:{HARNESS_GID}"]
+    who = environment.get("agent_user")
+    return ["--user", str(who)] if who and str(who) not in ("root", "0", "0:0") else []
 
 
 def tmpfs_mounts(disk_mb: int | None, workspace: str | None) -> dict[str, str]:
