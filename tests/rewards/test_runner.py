@@ -239,3 +239,17 @@ def test_a_workspace_link_into_the_home_reads_as_absent(new_sandbox) -> None:
         text, why = read_text(box, path)
         assert text is None and "link out of /workspace" in why, (path, why)
     assert read_text(box, "/home/agent/own.txt")[0] == "the verifier's"  # named directly
+
+
+def test_a_workspace_1200_deep_is_a_wrong_answer_and_leaves_nothing(new_sandbox, root) -> None:
+    """It was verifier_error (RecursionError in the archive walk) and left the sandbox folder,
+    which then crashed every later run of that name at start."""
+    from tests.forge.sandboxes.test_orphans import deep
+
+    t = task({"type": "file_exists", "path": "a"})
+    box = agent(new_sandbox, t, "touch a")
+    assert box.dir is not None
+    deep(box.host_workspace / "tree", 1200)
+    verdict = run_verifier(t, box, None, new_sandbox)
+    assert verdict.reward == 0.0 and "levels" in verdict.detail, verdict.detail
+    assert os.listdir(root) == []
