@@ -132,7 +132,9 @@ def test_harness_pod_killed_mid_episode(cluster: Any, tmp_path: Path, chaos_row:
 
 def test_sandbox_process_killed(cluster: Any, tmp_path: Path, chaos_row: Any) -> None:
     """The harness is killed after its model call was answered, before it could use the
-    answer: nothing the model did ended the attempt, so it is an infrastructure failure."""
+    answer. From outside that is a model command killing its harness (`kill -9 $PPID`, the
+    sandbox's memory limit): the policy's (issue 30 item 4), or it could turn its failures
+    into retries."""
 
     def kill_harness(run: Any, root: Path) -> dict[str, Any]:
         deadline = time.monotonic() + 300
@@ -157,10 +159,10 @@ def test_sandbox_process_killed(cluster: Any, tmp_path: Path, chaos_row: Any) ->
     chaos_row(audit)
     assert_clean(audit)
     hit = audit.of(labels["episode"], int(labels["attempt"]))
-    # Not a truncated episode scored 0 ("token_limit" because its one answer was cut at the
-    # limit): the harness was killed. Logged as failed, with its reason, and retried.
-    assert [r.file for r in hit] == ["failures.jsonl"] and hit[0].reason, hit
-    assert retried(audit, labels), audit.explain()
+    # Killed with an answer delivered: a truncated episode scored 0 (not "token_limit" though
+    # its one answer was cut: the kill is what ended it), recorded once, not retried.
+    assert [r.reason for r in hit] == ["harness_killed_by_policy"], hit
+    assert hit[0].file in ("episodes.jsonl", "dropped.jsonl"), hit
 
 
 def test_harness_hung_past_its_timeout(cluster: Any, tmp_path: Path, chaos_row: Any) -> None:
