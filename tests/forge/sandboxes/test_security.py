@@ -279,9 +279,12 @@ def _scan_argv() -> dict[int, str]:
 
 
 def _wait_for(pattern: str, root: Path, timeout_s: float = 120) -> Path:
+    """The first match of ``pattern`` under ``root``, or of it below a sandbox's disk quota
+    mount (``*/disk/...``: the workspace lives there when the quota is on)."""
     end = time.monotonic() + timeout_s
+    quota = pattern.replace("*/", "*/disk/", 1)
     while time.monotonic() < end:
-        hits = list(root.glob(pattern))
+        hits = list(root.glob(pattern)) or list(root.glob(quota))
         if hits:
             return hits[0]
         time.sleep(0.05)
