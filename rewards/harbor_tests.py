@@ -1,15 +1,38 @@
 """Harbor tests: a Harbor task's ``tests/test.sh``, run as Harbor runs it, scored by the reward
-file it writes.
+file it writes, when the run ended normally.
 
 In an episode it runs in a verifier sandbox of its own (:mod:`rewards.runner`): a fresh
 container of the task's image (not the agent's container: no process of the agent's is left,
 nothing it changed outside its workdir carries over) whose workdir holds a copy of the agent's
-final workdir. Only then are the tests copied to ``/tests``, ``/logs/verifier`` made empty, and
-``/tests/test.sh`` run from the workdir with its output in ``/logs/verifier/test-stdout.txt``.
-The reward is read as Harbor reads it: ``/logs/verifier/reward.json`` (a number, or a mapping
-of names to numbers: its ``reward``, else its one value, else their mean) before
-``reward.txt`` (one number). No reward file, or one that is not a finite number, is a reward of
-0 with the reason (what the agent left may break the tests).
+final workdir. Then, as root:
+
+1. the tests are copied to ``/tests`` (staged first in the sandbox's random verifier folder),
+   ``/logs/verifier`` is made anew (owned by the verifier's user, writable by no other), and
+   the workdir copy is given to the agent's user (``agent.user``), as Harbor leaves it;
+2. every symlink in the workdir that leads to the verifier's own files (``/tests``,
+   ``/logs``, ``/solution``, the verifier folder, or a folder above one of them), or that
+   cannot be resolved, is removed: a link the agent left (``output.json ->
+   /tests/expected.json``) must not let the tests read their own files through the agent's
+   path;
+3. ``/tests/test.sh`` runs from the workdir as ``verifier.user`` (default root), its output in
+   ``/logs/verifier/test-stdout.txt``;
+4. every process still running in the sandbox is killed (a daemon the agent's code started
+   could write a reward file after the tests), and the reward is read as Harbor reads it:
+   ``/logs/verifier/reward.json`` (a number, or a mapping of names to numbers: its
+   ``reward``, else its one value, else their mean) before ``reward.txt`` (one number), each
+   only when it is a regular file.
+
+A run that did not end normally scores 0 whatever the reward files say: timed out, or
+``test.sh`` killed by a signal (the agent's program killing the tests after forging a reward).
+A non-zero exit status is not such an end: Harbor's verifier ignores the status (its tests
+commonly exit with pytest's status after writing ``reward.txt``), so the reward file decides.
+No reward file, or one that is not a finite number, is a reward of 0 with the reason.
+
+What remains (``docs/harbor.md``): tests that run the agent's program as the verifier's user
+(Harbor's model) run code the agent wrote with every right the tests have, in the tests' own
+process tree; such code can write the reward file and end normally. Task authors declare it
+(``[metadata] tests_run_agent_code``, :attr:`HarborTests.runs_agent_code`) and training
+refuses such tasks (:func:`tasks.harbor.refuse_for_training`).
 """
 
 from __future__ import annotations
@@ -17,20 +40,57 @@ from __future__ import annotations
 import io
 import json
 import math
-import shlex
 import tarfile
 from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
-from forge.sandboxes.base import Sandbox
+from forge.sandboxes.base import ExecResult, Sandbox
 from rewards.base import Verdict
 from rewards.command import INTERPRETER_ENV, _tail
-from rewards.common import VerifierModel
+from rewards.common import VerifierModel, clip
 
 TESTS = "/tests"
 LOGS = "/logs/verifier"
+PROTECTED = (TESTS, "/logs", "/solution")  # the verifier's own places (and its folder)
+
+# $1 staged tests, $2 workdir, $3 verifier user, $4 agent user, $5 the verifier's folder.
+# Prints each link it removed (NUL-separated).
+SETUP = r"""
+set -e
+staged=$1 ws=$2 vuser=$3 auser=$4 vdir=$5
+rm -rf /tests /logs/verifier
+mkdir -p /logs/verifier /logs/agent
+cp -R "$staged" /tests
+chmod -R go-w /tests
+chmod +x /tests/test.sh
+chmod 0755 /logs/verifier
+if [ -n "$vuser" ]; then chown "$vuser" /logs/verifier; fi
+find "$ws" -type l -exec sh -c '
+  vdir=$1; shift
+  for link; do
+    t=$(readlink -f -- "$link" 2>/dev/null) || t=
+    bad=
+    if [ -z "$t" ] || [ "$t" = / ]; then bad=1; fi
+    for p in /tests /logs /solution "$vdir"; do
+      case "$t" in "$p"|"$p"/*) bad=1 ;; esac
+      case "$p" in "$t"/*) bad=1 ;; esac
+    done
+    if [ -n "$bad" ]; then rm -f -- "$link"; printf "%s\0" "$link"; fi
+  done' sh "$vdir" {} +
+if [ -n "$auser" ]; then chown -hR "$auser" "$ws"; fi
+"""
+RUN = f"exec {TESTS}/test.sh > {LOGS}/test-stdout.txt 2>&1"
+# Kill every process but init, the sandbox's agent (this shell's parent) and this shell.
+KILL = r"""
+for d in /proc/[0-9]*; do
+  p=${d#/proc/}
+  case "$p" in 1|$$|$PPID) continue ;; esac
+  kill -9 "$p" 2>/dev/null || true
+done
+"""
+READ = 'test -f "$1" && test ! -L "$1" && cat -- "$1"'
 
 
 def tests_tar(folder: Path) -> bytes:
@@ -52,6 +112,8 @@ def parse_reward(json_text: str | None, txt: str | None) -> tuple[float | None, 
             data: Any = json.loads(json_text)
         except ValueError as e:
             return None, f"reward.json is not JSON ({e})"
+        except RecursionError:
+            return None, "reward.json is nested too deeply to read"
         values = data if isinstance(data, dict) else {"reward": data}
         if not values or not all(
             isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
@@ -74,6 +136,15 @@ def parse_reward(json_text: str | None, txt: str | None) -> tuple[float | None, 
     return None, "the tests wrote neither reward.json nor reward.txt"
 
 
+def abnormal_end(result: ExecResult, timeout_s: float) -> str | None:
+    """Why a test run did not end normally (timed out, killed by a signal), else None."""
+    if result.timed_out:
+        return f"test.sh timed out after {timeout_s:g}s"
+    if result.exit_code < 0:
+        return f"test.sh was killed by signal {-result.exit_code}"
+    return None
+
+
 class HarborTests(VerifierModel):
     """``tests/test.sh`` of a Harbor task (loaded by :mod:`tasks.harbor`); see the module
     docstring."""
@@ -83,6 +154,20 @@ class HarborTests(VerifierModel):
     tests: str = Field(description="Host path of the task's tests/ folder (with test.sh).")
     timeout_s: float = Field(default=600.0, gt=0, description="Most seconds test.sh may run.")
     env: dict[str, str] = Field(default_factory=dict, description="test.sh's extra environment.")
+    user: str | None = Field(
+        default=None,
+        description="Who test.sh runs as (task.toml's verifier.user: a name or UID[:GID]); "
+        "None: root.",
+    )
+    agent_user: str | None = Field(
+        default=None,
+        description="Who owns the workdir copy the tests see (task.toml's agent.user).",
+    )
+    runs_agent_code: bool = Field(
+        default=True,
+        description="The tests run code the agent wrote (Harbor's model): what that code does "
+        "can forge the reward, so training refuses the task (docs/harbor.md).",
+    )
 
     @field_validator("tests")
     @classmethod
@@ -92,31 +177,47 @@ class HarborTests(VerifierModel):
         return v
 
     def verify(self, sandbox: Sandbox, final_answer: str | None) -> Verdict:
-        from rewards.runner import VERIFIER_DIR
+        from rewards.runner import verifier_dir
 
-        staged = f"{VERIFIER_DIR}/tests"
+        vdir = verifier_dir(sandbox)
+        staged = f"{vdir}/tests"
         sandbox.put_archive(staged, tests_tar(Path(self.tests)))
-        setup = (
-            f"rm -rf {TESTS} {LOGS} && mkdir -p {LOGS} /logs/agent && cp -a {staged} {TESTS} "
-            f"&& chmod +x {TESTS}/test.sh"
-        )
-        ready = sandbox.exec(["sh", "-c", setup], 60.0, INTERPRETER_ENV)
+        args = [staged, sandbox.workspace, self.user or "", self.agent_user or "", vdir]
+        ready = _exec(sandbox, ["sh", "-c", SETUP, "setup", *args], 120.0, INTERPRETER_ENV)
         if ready.exit_code != 0:  # the verifier's own sandbox failed: not the agent's doing
             raise RuntimeError(f"placing the tests failed: {ready.stderr.strip()}")
-        run = f"{TESTS}/test.sh > {LOGS}/test-stdout.txt 2>&1"
-        result = sandbox.exec(["sh", "-c", run], self.timeout_s, {**INTERPRETER_ENV, **self.env})
-        if result.timed_out:
-            return Verdict(0.0, f"test.sh timed out after {self.timeout_s:g}s")
+        removed = [name for name in ready.stdout.split("\0") if name]
+        env = {**INTERPRETER_ENV, **self.env}
+        result = _exec(sandbox, ["sh", "-c", RUN], self.timeout_s, env, self.user or "root")
+        _exec(sandbox, ["sh", "-c", KILL], 60.0, INTERPRETER_ENV)
+        links = f"; removed links to the verifier's files: {clip(', '.join(removed))}"
+        note = links if removed else ""
+        why = abnormal_end(result, self.timeout_s)
+        if why is not None:
+            output = _tail(_read(sandbox, f"{LOGS}/test-stdout.txt") or "")
+            return Verdict(0.0, f"{why}, whatever its reward files say{note}; output: {output}")
         read = {name: _read(sandbox, f"{LOGS}/{name}") for name in ("reward.json", "reward.txt")}
         reward, what = parse_reward(read["reward.json"], read["reward.txt"])
         if reward is None:
             output = _tail(_read(sandbox, f"{LOGS}/test-stdout.txt") or "")
-            return Verdict(0.0, f"test.sh exited {result.exit_code}: {what}; output: {output}")
-        return Verdict(reward, f"test.sh exited {result.exit_code}: {what}")
+            return Verdict(
+                0.0, f"test.sh exited {result.exit_code}: {what}{note}; output: {output}"
+            )
+        return Verdict(reward, f"test.sh exited {result.exit_code}: {what}{note}")
+
+
+def _exec(
+    sandbox: Sandbox, cmd: list[str], timeout_s: float, env: dict[str, str], user: str = "root"
+) -> ExecResult:
+    """``cmd`` as ``user`` in a container sandbox (its agent switches users)."""
+    return sandbox.exec(cmd, timeout_s, env, user=user)  # type: ignore[call-arg]
 
 
 def _read(sandbox: Sandbox, path: str) -> str | None:
-    """A file's text from anywhere in the sandbox (``get_file`` reaches only its workspace and
-    home); None when it is absent."""
-    r = sandbox.exec(["sh", "-c", f"test -f {shlex.quote(path)} && cat {shlex.quote(path)}"], 30.0)
+    """A regular file's text from anywhere in the sandbox (``get_file`` reaches only its
+    workspace and home); None when it is absent, a link or not a regular file."""
+    r = _exec(sandbox, ["sh", "-c", READ, "read", path], 30.0, INTERPRETER_ENV)
     return r.stdout if r.exit_code == 0 else None
+
+
+__all__ = ["HarborTests", "abnormal_end", "parse_reward", "tests_tar"]

@@ -160,7 +160,7 @@ def load_task(folder: Path) -> Task:
         "cpus": env_cfg.cpus,
         "memory_mb": env_cfg.memory_mb,
         "image": env_cfg.docker_image,
-        "user": _user(config.agent.user),
+        "agent_user": _user(config.agent.user),
     }
     runs_agent_code = config.metadata.get(RUNS_AGENT_CODE, True)
     if not isinstance(runs_agent_code, bool):

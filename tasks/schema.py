@@ -251,10 +251,10 @@ class Environment(BaseModel):
     memory_mb: int | None = Field(
         default=None, ge=64, description="Memory limit in MiB (None: sandbox.memory_mb)."
     )
-    user: str | None = Field(
+    agent_user: str | None = Field(
         default=None,
         description="Who the harness runs as (a name or UID[:GID]; Harbor's agent.user); "
-        "None: the sandbox's unprivileged user.",
+        "None: the backend's default for a task image.",
     )
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from forge.sandboxes.base import ExecResult
 from rewards import build_verifier
 from rewards.common import SpecError
-from rewards.harbor_tests import parse_reward
+from rewards.harbor_tests import abnormal_end, parse_reward
 
 
 @pytest.mark.parametrize(
@@ -50,3 +51,32 @@ def test_the_spec_needs_a_tests_folder_with_test_sh(tmp_path):
     (tmp_path / "test.sh").write_text("#!/bin/sh\n")
     v = build_verifier({"type": "harbor_tests", "tests": str(tmp_path), "timeout_s": 5})
     assert (v.runs_commands, v.timeout_s) == (True, 5)
+
+
+@pytest.mark.parametrize(
+    ("result", "why"),
+    [
+        (
+            ExecResult(-9, "", ""),
+            "test.sh was killed by signal 9",
+        ),  # the agent's program killed test.sh
+        (ExecResult(-15, "", ""), "test.sh was killed by signal 15"),
+        (ExecResult(-1, "", "", timed_out=True), "test.sh timed out after 60s"),
+        (ExecResult(0, "", ""), None),
+        (ExecResult(1, "", ""), None),  # Harbor ignores the status: the reward file decides
+    ],
+)
+def test_a_run_that_did_not_end_normally_is_named(result, why):
+    assert abnormal_end(result, 60.0) == why
+
+
+def test_reward_json_nested_past_the_parser_is_no_reward():
+    reward, what = parse_reward("[" * 100_000, None)
+    assert reward is None and "nested too deeply" in what
+
+
+def test_the_verifier_runs_as_the_tasks_users(tmp_path):
+    (tmp_path / "test.sh").write_text("#!/bin/sh\n")
+    spec = {"type": "harbor_tests", "tests": str(tmp_path), "user": "1001", "agent_user": "ann"}
+    v = build_verifier(spec)
+    assert (v.user, v.agent_user, v.runs_agent_code) == ("1001", "ann", True)

@@ -107,7 +107,7 @@ def test_agent_and_verifier_users_are_honoured(tmp_path: Path):
     text = text.replace("[verifier]\n", "[verifier]\nuser = 1001\n")
     (one / "task.toml").write_text(text)
     (task,) = load_suite(f"harbor:{one}")
-    assert task.environment is not None and task.environment.user == "player"
+    assert task.environment is not None and task.environment.agent_user == "player"
     assert (task.verifier["user"], task.verifier["agent_user"]) == ("1001", "player")
 
 

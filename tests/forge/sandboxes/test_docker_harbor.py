@@ -131,3 +131,56 @@ def test_an_agent_cannot_forge_the_reward_or_the_tests(ray_cluster, pods, tmp_pa
     honest = loaded.model_copy(update={"solution": ["echo 42 > answer.txt && rm sales.csv"]})
     ep = ray_cluster.get(pods["oracle"].run_episode.remote(honest.model_dump(), "react"))
     assert (ep.status, ep.reward) == ("ok", 1.0), ep.verifier_detail
+
+
+GREET_CHEAT = r"""#!/bin/sh
+# forge the reward the tests will read, then kill the tests before they write theirs
+mkdir -p /logs/verifier
+echo '{"reward": 1}' > /logs/verifier/reward.json
+for p in /proc/[0-9]*; do
+  grep -q /tests/test.sh "$p/cmdline" 2>/dev/null && kill -9 "${p#/proc/}"
+done
+"""
+LINK_TEST = """#!/bin/bash
+if cmp -s /app/output.json /tests/expected.json; then r=1; else r=0; fi
+echo "$r" > /logs/verifier/reward.txt
+"""
+LINK_CHEATS = {
+    "direct": "ln -s /tests/expected.json /app/output.json",
+    "via-proc": "ln -s /proc/self/root/tests/expected.json /app/output.json",
+    "via-dir": "ln -s / /app/root && ln -s root/tests/expected.json /app/output.json",
+}
+
+
+def test_a_program_that_forges_the_reward_and_kills_the_tests_scores_0(ray_cluster, pods) -> None:
+    """Issue 30: an agent whose greet.sh writes {"reward": 1} and kills test.sh scored 1.0
+    (``test.sh exited -9: reward.json {"reward": 1}``); a run killed by a signal scores 0."""
+    (loaded,) = load_suite(f"harbor:{EXAMPLES / 'fix-greeting'}")
+    cheat = [{"path": "greet.sh", "content": GREET_CHEAT}, "chmod +x greet.sh"]
+    cheater = loaded.model_copy(update={"solution": cheat})
+    ep = ray_cluster.get(pods["oracle"].run_episode.remote(cheater.model_dump(), "react"))
+    assert (ep.status, ep.reward) == ("ok", 0.0), ep.verifier_detail
+    assert ep.verifier_detail.startswith("test.sh was killed by signal 9"), ep.verifier_detail
+
+
+def test_links_to_the_tests_files_are_removed_before_the_tests_run(
+    ray_cluster, pods, tmp_path: Path
+) -> None:
+    """``ln -s /tests/expected.json output.json`` made the tests compare their expected file
+    with itself (1.0); such links are removed, so the answer reads as missing."""
+    task = tmp_path / "linked"
+    shutil.copytree(EXAMPLES / "csv-total", task)
+    (task / "instruction.md").write_text('Write {"total": 555} to /app/output.json.\n')
+    (task / "tests" / "expected.json").write_text('{"total": 555}\n')
+    (task / "tests" / "test.sh").write_text(LINK_TEST)
+    (loaded,) = load_suite(f"harbor:{task}")
+    for name, cheat in LINK_CHEATS.items():
+        t = loaded.model_copy(update={"solution": [cheat]})
+        ep = ray_cluster.get(pods["oracle"].run_episode.remote(t.model_dump(), "react"))
+        assert (ep.status, ep.reward) == ("ok", 0.0), (name, ep.verifier_detail)
+        assert "removed links to the verifier's files: /app/" in ep.verifier_detail, name
+    honest = loaded.model_copy(
+        update={"solution": ["""printf '{"total": 555}\\n' > output.json"""]}
+    )
+    ep = ray_cluster.get(pods["oracle"].run_episode.remote(honest.model_dump(), "react"))
+    assert (ep.status, ep.reward) == ("ok", 1.0), ep.verifier_detail
