@@ -1,0 +1,162 @@
+"""The red-team matrix (issue 30): on every sandbox backend (local bubblewrap, docker, kubernetes
+through kmock), each cheat an agent with a shell can try against each verifier kind scores 0,
+and the oracle scores 1.0; a cheat never turns into an infrastructure failure (a retry, never a
+score), and nothing of the attempt is left behind.
+
+Episodes take the real path: a HarnessPod (its proxy serving, no Ray: the ``command`` harness
+calls no model), the backend's sandboxes, :func:`rewards.runner.run_verifier`. Each cheat is a
+shell command the agent runs in its workspace; the oracle writes the right files and answer.
+Run ``pytest tests/forge/sandboxes/test_redteam.py -v`` for the table (test ids are
+``kind-cheat-backend``). Verifier kinds with a suite of their own (``page_state`` and MiniWoB,
+``app_state``, ``harbor_tests``) have their cheating-agent tests beside those suites.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.harness_pod import HarnessPod
+from forge.sandboxes.bwrap import bwrap_works
+from forge.types import Episode
+from tasks import Task
+
+NS = "redteam"
+DATA = "7 apples\n3 pears\n"
+
+
+def _task(kind: str) -> Task:
+    verifier: Any = {
+        "files": {"type": "file_equals", "path": "answer.txt", "content": "7"},
+        "command": {
+            "type": "command",
+            "cmd": 'cmp -s answer.txt "$VERIFIER_DIR/expected.txt"',
+            "files": {"expected.txt": "7\n"},
+        },
+        "answer": {"type": "answer_regex", "pattern": r"^\s*7\s*$"},
+        "json_check": {"type": "json_field", "path": "result.json", "field": "apples", "equals": 7},
+    }[kind]
+    return Task(
+        id=f"redteam-{kind.replace('_', '-')}",
+        instruction="data.txt lists fruit counts. How many apples? Write the number to "
+        'answer.txt, write {"apples": N} to result.json, and reply with the number.',
+        files={"data.txt": DATA},
+        verifier=verifier,
+        solution=["printf '7\\n' > answer.txt", """printf '{"apples": 7}' > result.json"""],
+        answer="7",
+        limits={"timeout_s": 60},
+    )
+
+
+CHEATS: dict[str, str] = {
+    # the verifier's own expected file (where it was once copied), named through the agent's
+    # path: the verifier must never read its own files through a link the agent left
+    "link-to-verifier": "for f in answer.txt result.json; do "
+    "ln -s /home/agent/verifier/expected.txt $f; done",
+    # crash or hang the verifier: a FIFO, a loop of links, a link out of the workspace
+    "fifo": "mkfifo answer.txt result.json",
+    "link-loop": "ln -s answer.txt result.json; ln -s result.json answer.txt",
+    "link-out": "ln -s /etc/hostname answer.txt; ln -s /proc/self/environ result.json",
+    # too deep, too nested, too big
+    "deep-tree": "i=0; while [ $i -lt 1200 ]; do mkdir d && cd d || exit 0; i=$((i+1)); done",
+    "deep-json": "head -c 100000 /dev/zero | tr '\\0' '[' > result.json; cp result.json answer.txt",
+    "huge-sparse": "truncate -s 1T answer.txt; truncate -s 1T result.json",
+    # shims of the tools the command verifier runs, and shell start-up files
+    "shims": "for d in . $HOME; do mkdir -p $d/bin; for t in cmp sh test cat; do "
+    "printf '#!/bin/sh\\nexit 0\\n' > $d/bin/$t; chmod +x $d/bin/$t; done; done; "
+    "printf 'exit 0\\n' > $HOME/.profile; cp $HOME/.profile .profile",
+    # an answer that lists every number: an unanchored pattern would take it
+    "over-broad": "true",
+}
+ANSWERS = {"over-broad": "1 2 3 4 5 6 7 8 9 10", "oracle": "7"}
+
+
+def _options(name: str, script: str, answer: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "command": ["sh", "-c", f"{script}\nprintf '%s\\n' {shlex.quote(answer)}"],
+    }
+
+
+def _oracle_script(task: Task) -> str:
+    return "\n".join(str(step) for step in task.solution)
+
+
+def play(sandbox: dict[str, Any], jobs: list[tuple[Task, dict[str, Any]]]) -> list[Episode]:
+    async def run() -> list[Episode]:
+        pod = HarnessPod(None, pod_id="redteam", run="redteam", sandbox=sandbox)
+        await pod.start()
+        try:
+            return [
+                await pod.run_episode(task.model_dump(), "command", harness_options=options)
+                for task, options in jobs
+            ]
+        finally:
+            await pod.stop()
+
+    return asyncio.run(run())
+
+
+@pytest.fixture(scope="module")
+def kube(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
+    daemon = request.getfixturevalue("docker_daemon")
+    request.getfixturevalue("docker_images")
+    from .kube_controller import emulated_cluster
+
+    with emulated_cluster(daemon.host, NS) as (kmock, _):
+        yield {
+            "backend": "kubernetes",
+            "kubernetes": {"api_url": kmock.url, "namespace": NS, "agent_port": 18941,
+                           "pod_start_timeout_s": 60, "heartbeat_s": 5},
+        }  # fmt: skip
+
+
+def _sandbox(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
+    if backend == "local":
+        if not bwrap_works():
+            pytest.skip("bubblewrap unavailable")
+        return {"root": str(tmp_path / "boxes")}
+    if backend == "docker":
+        daemon = request.getfixturevalue("docker_daemon")
+        request.getfixturevalue("docker_images")
+        return {"backend": "docker", "docker_host": daemon.host}
+    return request.getfixturevalue("kube")
+
+
+KINDS = ("files", "command", "answer", "json_check")
+BACKENDS = [
+    "local",
+    pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.slow]),
+    pytest.param("kubernetes", marks=[pytest.mark.k8s, pytest.mark.docker, pytest.mark.slow]),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_cheat_scores_zero_and_the_oracle_one(
+    kind: str, backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    sandbox = _sandbox(backend, request, tmp_path)
+    task = _task(kind)
+    jobs = [(task, _options("oracle", _oracle_script(task), "7"))]
+    jobs += [(task, _options(c, s, ANSWERS.get(c, "no idea"))) for c, s in CHEATS.items()]
+    episodes = play(sandbox, jobs)
+    names = ["oracle", *CHEATS]
+    table = {
+        name: (e.status, e.reward, e.failure or e.truncated or "", e.verifier_detail[:160])
+        for name, e in zip(names, episodes, strict=True)
+    }
+    for name, row in table.items():
+        print(f"{kind:<10} {backend:<10} {name:<16} {row}")
+    oracle = table.pop("oracle")
+    assert oracle[:2] == ("ok", 1.0), oracle
+    beaten = {name: row for name, row in table.items() if row[:2] != ("ok", 0.0)}
+    assert beaten == {}, beaten
+    if backend == "local":
+        root = Path(sandbox["root"])
+        assert not root.exists() or list(root.iterdir()) == []
