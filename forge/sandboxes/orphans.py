@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from forge.sandboxes import quota
+
 log = logging.getLogger(__name__)
 
 LABELS_FILE = ".forge-labels.json"
@@ -222,5 +224,6 @@ def reap_orphans(root: str | Path | None = None, run: str | None = None) -> int:
             continue  # not a sandbox, or one still being created
         if expired or dead:
             kill_processes_in(d)
+            quota.release(d)  # a crashed creator's disk quota is still mounted there
             removed += rmtree(d)  # one it cannot remove is logged and counted, never fatal
     return removed

@@ -95,3 +95,23 @@ def test_a_root_another_user_owns_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UnsafeTempRoot, match="owned by uid 65534, not by this user"):
         LocalSandbox(root=root, isolation="none").create(SandboxSpec())
     assert os.listdir(root) == []  # nothing was put there
+
+
+@needs_quota
+def test_reaping_an_orphan_unmounts_its_disk(tmp_path: Path) -> None:
+    """A sandbox whose creator died with its quota mounted: the reconcile pass unmounts the
+    disk (releasing its loop device) and removes the folder, instead of leaving both."""
+    from forge.sandboxes.orphans import LABELS_FILE, reap_orphans
+
+    sb = LocalSandbox(root=tmp_path / "root", isolation="none", disk_mb=24)
+    sb.create(SandboxSpec(labels={"run": "crashed", "attempt": "0"}))
+    d = sb.dir
+    assert d is not None and os.path.ismount(d / quota.DISK)
+    labels = d / LABELS_FILE
+    record = labels.read_text().replace('"pid": ', '"pid": 999999999, "was": ', 1)
+    labels.write_text(record)  # its creator is gone
+    try:
+        assert reap_orphans(tmp_path / "root", run="crashed") == 1
+        assert not os.path.ismount(d / quota.DISK) and not d.exists()
+    finally:
+        quota.release(d)
