@@ -12,12 +12,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
-import tomllib
 import yaml
 from packaging.specifiers import SpecifierSet
 from ray.autoscaler._private.util import prepare_config, validate_config

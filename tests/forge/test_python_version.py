@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 from packaging.specifiers import SpecifierSet
 
 import forge

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import tomllib
 
 import pytest
-import tomllib
 
 from forge.config import RunConfig
 from forge.harnesses import get_harness, require
