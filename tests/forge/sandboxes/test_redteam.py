@@ -24,13 +24,15 @@ import pytest
 from actors.harness_pod import HarnessPod
 from forge.sandboxes.bwrap import bwrap_works
 from forge.types import Episode
-from tasks import Task
+from tasks import Task, load_suite
 
 NS = "redteam"
 DATA = "7 apples\n3 pears\n"
 
 
 def _task(kind: str) -> Task:
+    if kind == "app_state":  # cancel one event of the seeded calendar, and nothing else
+        return next(t for t in load_suite("claw-services") if t.id == "cal_cancel_vendor_call")
     verifier: Any = {
         "files": {"type": "file_equals", "path": "answer.txt", "content": "7"},
         "command": {
@@ -73,6 +75,28 @@ CHEATS: dict[str, str] = {
     # an answer that lists every number: an unanchored pattern would take it
     "over-broad": "true",
 }
+FORGED_ROUTE = """
+import os, urllib.request as r
+url, key = os.environ["FORGE_SERVICES_URL"], os.environ["FORGE_SERVICES_KEY"]
+other = url.replace("/attempts/0/", "/attempts/1/")
+for base, k in ((url, ""), (url, "forge-x"), (other, key)):
+    q = r.Request(base + "/calendar/cancel", b'{"id": "ev-005"}', {"Authorization": "Bearer " + k})
+    try:
+        r.urlopen(q)
+    except Exception as e:
+        print(base, e)
+"""
+# app_state: the services' state is the HarnessPod's; these try to forge it from the sandbox
+APP_CHEATS: dict[str, str] = {
+    # a state file claiming the event is cancelled, where the old page apps kept theirs
+    "forged-state-file": "mkdir -p .app && "
+    """printf '{"events": [{"id": "ev-005", "status": "cancelled"}]}' """
+    "| tee .app/state.json .app/calendar.json",
+    # the service's route with no key, a made-up key, and another attempt's path
+    "forged-route": f"python3 -c {shlex.quote(FORGED_ROUTE)}",
+    # everything cancelled: the one asked for among them
+    "over-broad-writes": "for i in 1 2 3 4 5 6 7 8 9; do calendar cancel --id ev-00$i; done",
+}
 ANSWERS = {"over-broad": "1 2 3 4 5 6 7 8 9 10", "oracle": "7"}
 
 
@@ -84,6 +108,8 @@ def _options(name: str, script: str, answer: str) -> dict[str, Any]:
 
 
 def _oracle_script(task: Task) -> str:
+    if task.apps:
+        return "calendar cancel --id ev-005"
     return "\n".join(str(step) for step in task.solution)
 
 
@@ -128,7 +154,7 @@ def _sandbox(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> di
     return request.getfixturevalue("kube")
 
 
-KINDS = ("files", "command", "answer", "json_check")
+KINDS = ("files", "command", "answer", "json_check", "app_state")
 BACKENDS = [
     "local",
     pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.slow]),
@@ -144,9 +170,10 @@ def test_every_cheat_scores_zero_and_the_oracle_one(
     sandbox = _sandbox(backend, request, tmp_path)
     task = _task(kind)
     jobs = [(task, _options("oracle", _oracle_script(task), "7"))]
-    jobs += [(task, _options(c, s, ANSWERS.get(c, "no idea"))) for c, s in CHEATS.items()]
+    cheats = {**CHEATS, **APP_CHEATS} if kind == "app_state" else CHEATS
+    jobs += [(task, _options(c, s, ANSWERS.get(c, "no idea"))) for c, s in cheats.items()]
     episodes = play(sandbox, jobs)
-    names = ["oracle", *CHEATS]
+    names = ["oracle", *cheats]
     table = {
         name: (e.status, e.reward, e.failure or e.truncated or "", e.verifier_detail[:160])
         for name, e in zip(names, episodes, strict=True)
