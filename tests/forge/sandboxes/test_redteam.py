@@ -6,9 +6,11 @@ score), and nothing of the attempt is left behind.
 Episodes take the real path: a HarnessPod (its proxy serving, no Ray: the ``command`` harness
 calls no model), the backend's sandboxes, :func:`rewards.runner.run_verifier`. Each cheat is a
 shell command the agent runs in its workspace; the oracle writes the right files and answer.
-Run ``pytest tests/forge/sandboxes/test_redteam.py -v`` for the table (test ids are
-``kind-cheat-backend``). Verifier kinds with a suite of their own (``page_state`` and MiniWoB,
-``app_state``, ``harbor_tests``) have their cheating-agent tests beside those suites.
+Run ``pytest tests/forge/sandboxes/test_redteam.py -v -s`` for the table (test ids are
+``kind-backend``; each row printed is one episode). ``app_state`` and ``page_state`` play one
+task of claw-services and of the web suite; MiniWoB's cheats play here, its oracle (which needs
+the harness's own browser) in ``tests/rewards/test_cheating_gui.py``; ``harbor_tests`` has its
+own in ``test_docker_harbor.py`` (task images run on docker only).
 """
 
 from __future__ import annotations
@@ -25,12 +27,19 @@ from actors.harness_pod import HarnessPod
 from forge.sandboxes.bwrap import bwrap_works
 from forge.types import Episode
 from tasks import Task, load_suite
+from tests.rewards.test_cheating_gui import MINIWOB
 
 NS = "redteam"
 DATA = "7 apples\n3 pears\n"
 
 
 def _task(kind: str) -> Task:
+    if kind == "miniwob":
+        if not MINIWOB:
+            pytest.skip("MiniWoB's pages: pip install --no-deps miniwob==1.1.0")
+        return MINIWOB["click-button-s1"]
+    if kind == "page_state":  # order the cheapest mug from the shop web app, and nothing else
+        return next(t for t in load_suite("web") if t.id == "shop_cheapest_mug")
     if kind == "app_state":  # cancel one event of the seeded calendar, and nothing else
         return next(t for t in load_suite("claw-services") if t.id == "cal_cancel_vendor_call")
     verifier: Any = {
@@ -97,19 +106,41 @@ APP_CHEATS: dict[str, str] = {
     # everything cancelled: the one asked for among them
     "over-broad-writes": "for i in 1 2 3 4 5 6 7 8 9; do calendar cancel --id ev-00$i; done",
 }
-ANSWERS = {"over-broad": "1 2 3 4 5 6 7 8 9 10", "oracle": "7"}
+# page_state: the web app's state is the HarnessPod's, reached through the sandbox's relay
+PAGE = "http://127.0.0.1:8765"
+GUI_CHEATER = Path(__file__).parents[2] / "rewards" / "gui_cheater.py"
+POST = (  # post ACTION JSON: one of the app's own actions (curl is not in every image)
+    "post() { python3 -c 'import sys, urllib.request as r; "
+    f'r.urlopen(r.Request("{PAGE}/api/" + sys.argv[1], sys.argv[2].encode()))\' "$@"; }}; '
+)
+PAGE_CHEATS: dict[str, str] = {
+    # a forged state file, MiniWoB's report route, secrets in /proc, a fake server on the port
+    "gui-cheater": f"python3 $HOME/gui_cheater.py {PAGE}/ --expect orders.length=1 "
+    "--expect 'orders[0].items[0].name=\"Red mug\"' file report proc fake",
+    # the app's own actions, over-broad: every mug ordered
+    "over-broad-writes": POST + "for i in 1 2 3; do post add '{\"id\": '$i'}'; done; post order {}",
+}
+ORACLES = {
+    "app_state": "calendar cancel --id ev-005",
+    "page_state": POST + """post add '{"id": 2}' && post order {}""",
+}
+MINIWOB_CHEATS = {  # MiniWoB's page reports its own reward: the report route, forged
+    "gui-cheater": f"python3 $HOME/gui_cheater.py {PAGE}/ file report proc fake",
+}
+ANSWERS = {"over-broad": "1 2 3 4 5 6 7 8 9 10", "oracle": "7"}  # else a wrong one
 
 
 def _options(name: str, script: str, answer: str) -> dict[str, Any]:
     return {
         "name": name,
+        "files": {"{home}/gui_cheater.py": GUI_CHEATER.read_text()},
         "command": ["sh", "-c", f"{script}\nprintf '%s\\n' {shlex.quote(answer)}"],
     }
 
 
-def _oracle_script(task: Task) -> str:
-    if task.apps:
-        return "calendar cancel --id ev-005"
+def _oracle_script(kind: str, task: Task) -> str:
+    if kind in ORACLES:
+        return ORACLES[kind]
     return "\n".join(str(step) for step in task.solution)
 
 
@@ -154,7 +185,7 @@ def _sandbox(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> di
     return request.getfixturevalue("kube")
 
 
-KINDS = ("files", "command", "answer", "json_check", "app_state")
+KINDS = ("files", "command", "answer", "json_check", "app_state", "page_state", "miniwob")
 BACKENDS = [
     "local",
     pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.slow]),
@@ -169,18 +200,20 @@ def test_every_cheat_scores_zero_and_the_oracle_one(
 ) -> None:
     sandbox = _sandbox(backend, request, tmp_path)
     task = _task(kind)
-    jobs = [(task, _options("oracle", _oracle_script(task), "7"))]
-    cheats = {**CHEATS, **APP_CHEATS} if kind == "app_state" else CHEATS
-    jobs += [(task, _options(c, s, ANSWERS.get(c, "no idea"))) for c, s in cheats.items()]
+    extra = {"app_state": APP_CHEATS, "page_state": PAGE_CHEATS, "miniwob": MINIWOB_CHEATS}
+    scripts = {**CHEATS, **extra.get(kind, {})}
+    if kind != "miniwob":  # MiniWoB's oracle needs the harness's own browser, the only holder
+        # of the page's secret: it plays in tests/rewards/test_cheating_gui.py
+        scripts = {"oracle": _oracle_script(kind, task), **scripts}
+    jobs = [(task, _options(c, s, ANSWERS.get(c, "no idea"))) for c, s in scripts.items()]
     episodes = play(sandbox, jobs)
-    names = ["oracle", *cheats]
     table = {
         name: (e.status, e.reward, e.failure or e.truncated or "", e.verifier_detail[:160])
-        for name, e in zip(names, episodes, strict=True)
+        for name, e in zip(scripts, episodes, strict=True)
     }
     for name, row in table.items():
         print(f"{kind:<10} {backend:<10} {name:<16} {row}")
-    oracle = table.pop("oracle")
+    oracle = table.pop("oracle", ("ok", 1.0))
     assert oracle[:2] == ("ok", 1.0), oracle
     beaten = {name: row for name, row in table.items() if row[:2] != ("ok", 0.0)}
     assert beaten == {}, beaten
