@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 
-from rewards import verify
+from rewards import build_verifier, verify
+from rewards.page_state import PageState
 from tasks import Task, WriteFile, list_suites, load_suite
 from tasks.schema import GuiAction
+from tasks.webapps.hosted import Hosted
 
 EVERY: list[tuple[str, Task]] = [(s, t) for s in list_suites() for t in load_suite(s)]
 # Tasks with services are played against their services by tests/tasks/test_claw_services.py
@@ -68,8 +70,17 @@ def test_reference_solution_scores_one(sandbox, suite: str, task: Task) -> None:
 
 @pytest.mark.parametrize(("suite", "task"), ALL, ids=ids(ALL))
 def test_doing_nothing_scores_zero(sandbox, suite: str, task: Task) -> None:
+    """Page tasks are judged on the state their application keeps in the HarnessPod
+    (``tasks.webapps.hosted``): here the state of one freshly built, never used."""
     seed(sandbox, task)
-    verdict = verify(task.verifier, sandbox, None)
+    verifier = build_verifier(task.verifier)
+    if isinstance(verifier, PageState):
+        hosted = Hosted(task, armed=False)
+        if hosted.errors:
+            pytest.skip(f"its page application cannot be built here: {hosted.errors}")
+        verdict = verifier.verify_state(hosted.state())
+    else:
+        verdict = verify(task.verifier, sandbox, None)
     assert verdict.reward == 0.0, verdict.detail
 
 

@@ -227,21 +227,14 @@ def test_no_display_is_reported(tmp_path: Path) -> None:
 @needs_x
 @needs_bwrap
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("suite", "task_id"),
-    [
-        ("desktop", "xedit_append_item"),
-        ("web", "bank_move_to_savings"),
-        ("miniwob", "choose-list-s0"),
-    ],
-)
-def test_reference_episode_in_isolated_sandbox(tmp_path: Path, suite: str, task_id: str) -> None:
+def test_reference_episode_in_isolated_sandbox(tmp_path: Path) -> None:
     """A task end to end without Ray: an isolated LocalSandbox, the real services launcher
-    (Xvfb, openbox and the task's applications inside the sandbox: xedit; for a page task its
-    web application and Chromium in kiosk mode, ``desktop_web.on_desktop``), the harness's own
+    (Xvfb, openbox and the task's application, xedit, inside the sandbox), the harness's own
     command and env, and a chat endpoint answering with the task's reference solution, then
-    done; the verifier passes on the state the applications left."""
-    task = DesktopHarness.adapt_task(next(t for t in load_suite(suite) if t.id == task_id))
+    done; the verifier passes on the state the application left."""
+    task = DesktopHarness.adapt_task(
+        next(t for t in load_suite("desktop") if t.id == "xedit_append_item")
+    )
     steps = task.reference_script()["steps"]
     replies = [ok(reply(None, [tool_call(i, s.pop("action"), json.dumps(s))])) for i, s in
                enumerate(steps)]  # fmt: skip
@@ -259,3 +252,27 @@ def test_reference_episode_in_isolated_sandbox(tmp_path: Path, suite: str, task_
             "unchanged": 0,
         }
         assert verify(task.verifier, sb, "").reward == 1.0
+
+
+@needs_x
+@needs_bwrap
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("suite", "task_id"), [("web", "bank_move_to_savings"), ("miniwob", "choose-list-s0")]
+)
+def test_reference_page_episode_on_a_pod(tmp_path: Path, suite: str, task_id: str) -> None:
+    """A page task end to end on a HarnessPod (its application kept there, reached through the
+    sandbox's relay: ``tasks.webapps.hosted``), Chromium in kiosk mode on the sandbox's X
+    display (``desktop_web.on_desktop``) and the scripted model playing the reference
+    solution through the desktop harness: the verifier passes on the state the pod kept."""
+    from tests.rewards.test_cheating_gui import MINIWOB, play
+
+    tasks = MINIWOB if suite == "miniwob" else {t.id: t for t in load_suite(suite)}
+    if task_id not in tasks:
+        pytest.skip("MiniWoB's pages: pip install --no-deps miniwob==1.1.0")
+    (episode,) = play(tmp_path / "boxes", [(tasks[task_id], "desktop", {})])
+    assert (episode.status, episode.reward) == ("ok", 1.0), (
+        episode.failure,
+        episode.verifier_detail,
+        episode.harness_log[-2000:],
+    )
