@@ -223,6 +223,7 @@ def test_stalled_collection_is_reported_not_waited_on_forever(tmp_path: Path) ->
         "rollout.group_size=1",
         "rollout.groups_per_step=1",
         "rollout.stall_timeout_s=8",
+        "rollout.attempt_timeout_s=1000",  # the run refuses one shorter than the task needs
     ]
     r = subprocess.run(args, capture_output=True, text=True, timeout=600, env=_env())
     assert r.returncode == 3, r.stdout[-3000:] + r.stderr[-3000:]
