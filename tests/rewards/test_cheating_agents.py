@@ -96,10 +96,19 @@ def oracle_options(task: Task) -> dict[str, Any]:
 
 
 def play(root: Path, jobs: list[tuple[Task, dict[str, Any]]]) -> list[Episode]:
-    """Run each (task, command-harness options) as one episode on a HarnessPod."""
+    """Run each (task, command-harness options) as one episode on a HarnessPod whose local
+    sandboxes live under ``root``; none is left there afterwards."""
+    episodes = play_on({"root": str(root)}, jobs)
+    assert not root.exists() or os.listdir(root) == []  # every sandbox destroyed
+    return episodes
+
+
+def play_on(sandbox: dict[str, Any], jobs: list[tuple[Task, dict[str, Any]]]) -> list[Episode]:
+    """Run each (task, command-harness options) as one episode on a HarnessPod with the
+    sandbox config ``sandbox`` (any backend)."""
 
     async def run() -> list[Episode]:
-        pod = HarnessPod(None, pod_id="cheats", run="cheats", sandbox={"root": str(root)})
+        pod = HarnessPod(None, pod_id="cheats", run="cheats", sandbox=sandbox)
         await pod.start()
         try:
             return [
@@ -109,9 +118,7 @@ def play(root: Path, jobs: list[tuple[Task, dict[str, Any]]]) -> list[Episode]:
         finally:
             await pod.stop()
 
-    episodes = asyncio.run(run())
-    assert not root.exists() or os.listdir(root) == []  # every sandbox destroyed
-    return episodes
+    return asyncio.run(run())
 
 
 def processes_with(tag: str) -> list[str]:

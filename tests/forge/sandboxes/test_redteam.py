@@ -15,7 +15,6 @@ own in ``test_docker_harbor.py`` (task images run on docker only).
 
 from __future__ import annotations
 
-import asyncio
 import shlex
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,10 +22,9 @@ from typing import Any
 
 import pytest
 
-from actors.harness_pod import HarnessPod
 from forge.sandboxes.bwrap import bwrap_works
-from forge.types import Episode
 from tasks import Task, load_suite
+from tests.rewards.test_cheating_agents import play_on
 from tests.rewards.test_cheating_gui import MINIWOB
 
 NS = "redteam"
@@ -144,21 +142,6 @@ def _oracle_script(kind: str, task: Task) -> str:
     return "\n".join(str(step) for step in task.solution)
 
 
-def play(sandbox: dict[str, Any], jobs: list[tuple[Task, dict[str, Any]]]) -> list[Episode]:
-    async def run() -> list[Episode]:
-        pod = HarnessPod(None, pod_id="redteam", run="redteam", sandbox=sandbox)
-        await pod.start()
-        try:
-            return [
-                await pod.run_episode(task.model_dump(), "command", harness_options=options)
-                for task, options in jobs
-            ]
-        finally:
-            await pod.stop()
-
-    return asyncio.run(run())
-
-
 @pytest.fixture(scope="module")
 def kube(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
     daemon = request.getfixturevalue("docker_daemon")
@@ -227,7 +210,7 @@ def test_every_cheat_scores_zero_and_the_oracle_one(
         # of the page's secret: it plays in tests/rewards/test_cheating_gui.py
         scripts = {"oracle": _oracle_script(kind, task), **scripts}
     jobs = [(task, _options(c, s, ANSWERS.get(c, "no idea"))) for c, s in scripts.items()]
-    episodes = play(sandbox, jobs)
+    episodes = play_on(sandbox, jobs)
     table = {
         name: (e.status, e.reward, e.failure or e.truncated or "", e.verifier_detail[:160])
         for name, e in zip(scripts, episodes, strict=True)
