@@ -10,7 +10,7 @@ import json
 import os
 import sys
 import tempfile
-from http.server import BaseHTTPRequestHandler
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -105,3 +105,15 @@ class JsonHandler(BaseHTTPRequestHandler):
     def json_body(self, limit: int = MAX_BODY) -> dict[str, Any]:
         """The request's JSON object ({} when empty); ValueError when it is not one."""
         return parse_object(self.read_body(limit))
+
+
+def serve_until_stopped(server: ThreadingHTTPServer, banner: str) -> int:
+    """Serve on ``server`` (its request threads daemons) until interrupted; 0. ``banner``: the
+    line written to stderr once it listens."""
+    server.daemon_threads = True
+    print(banner, file=sys.stderr, flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0

@@ -50,10 +50,19 @@ if __package__:  # imported from the tasks package (tests)
         Reply,
         json_reply,
         parse_object,
+        serve_until_stopped,
         write_atomic,
     )
 else:  # run as a program: httpstate.py is beside it, and its folder is on sys.path
-    from httpstate import NOT_FOUND, JsonHandler, Reply, json_reply, parse_object, write_atomic
+    from httpstate import (
+        NOT_FOUND,
+        JsonHandler,
+        Reply,
+        json_reply,
+        parse_object,
+        serve_until_stopped,
+        write_atomic,
+    )
 
 HTML = "/opt/forge/miniwob"  # where the sandbox sees the miniwob package's html/ folder
 EPISODE_MS = 6 * 3600 * 1000  # under setTimeout's 2**31-1 ms, beyond which it fires at once
@@ -287,12 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as e:
         raise SystemExit(f"miniwob_server: {e}") from None
     server = serve(episode, args.host, args.port)
-    print(f"miniwob {args.task} on http://{args.host}:{args.port}/", file=sys.stderr, flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    return 0
+    return serve_until_stopped(server, f"miniwob {args.task} on http://{args.host}:{args.port}/")
 
 
 if __name__ == "__main__":

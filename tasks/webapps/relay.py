@@ -20,9 +20,12 @@ import sys
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
-MAX_BODY = 1 << 20
+if __package__:  # imported from the tasks package (tests)
+    from tasks.webapps.httpstate import JsonHandler, serve_until_stopped
+else:  # run as a program: httpstate.py is beside it, and its folder is on sys.path
+    from httpstate import JsonHandler, serve_until_stopped
+
 TIMEOUT_S = 60.0
 KEY_ENV = "FORGE_PAGE_KEY"
 
@@ -30,21 +33,10 @@ KEY_ENV = "FORGE_PAGE_KEY"
 def make_handler(upstream: str, key: str) -> type[BaseHTTPRequestHandler]:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            sys.stderr.write(f"{self.command} {self.path}\n")
-
-        def _answer(self, code: int, body: bytes, ctype: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            self.wfile.write(body)
-
+    class Handler(JsonHandler):
         def _relay(self, body: bytes | None) -> None:
             if not self.path.startswith("/"):
-                return self._answer(400, b"bad path\n", "text/plain")
+                return self.send(400, b"bad path\n", "text/plain")
             headers = {"Authorization": f"Bearer {key}"}
             if body is not None:
                 headers["Content-Type"] = self.headers.get("Content-Type") or "application/json"
@@ -55,22 +47,20 @@ def make_handler(upstream: str, key: str) -> type[BaseHTTPRequestHandler]:
             except urllib.error.HTTPError as e:
                 code, data, ctype = e.code, e.read(), e.headers.get_content_type()
             except OSError as e:
-                return self._answer(502, f"relay: {e}\n".encode(), "text/plain")
+                return self.send(502, f"relay: {e}\n".encode(), "text/plain")
             if ctype.startswith("text/"):
                 ctype += "; charset=utf-8"
-            self._answer(code, data, ctype)
+            self.send(code, data, ctype)
 
         def do_GET(self) -> None:
             self._relay(None)
 
         def do_POST(self) -> None:
             try:
-                length = int(self.headers.get("Content-Length") or 0)
-            except ValueError:
-                length = -1
-            if not 0 <= length <= MAX_BODY:
-                return self._answer(400, b"bad Content-Length\n", "text/plain")
-            self._relay(self.rfile.read(length))
+                body = self.read_body()
+            except ValueError as e:
+                return self.send(400, f"{e}\n".encode(), "text/plain")
+            self._relay(body)
 
     return Handler
 
@@ -83,13 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     key = os.environ.get(KEY_ENV, "")
     server = ThreadingHTTPServer((args.host, args.port), make_handler(args.to.rstrip("/"), key))
-    server.daemon_threads = True
-    print(f"relay on http://{args.host}:{args.port}/ -> {args.to}", file=sys.stderr, flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    return 0
+    return serve_until_stopped(server, f"relay on http://{args.host}:{args.port}/ -> {args.to}")
 
 
 if __name__ == "__main__":

@@ -37,10 +37,19 @@ if __package__:  # imported from the tasks package (tests)
         Reply,
         json_reply,
         parse_object,
+        serve_until_stopped,
         write_atomic,
     )
 else:  # run as a program: httpstate.py is beside it, and its folder is on sys.path
-    from httpstate import NOT_FOUND, JsonHandler, Reply, json_reply, parse_object, write_atomic
+    from httpstate import (
+        NOT_FOUND,
+        JsonHandler,
+        Reply,
+        json_reply,
+        parse_object,
+        serve_until_stopped,
+        write_atomic,
+    )
 
 HERE = Path(__file__).resolve().parent
 APPS = ("shop", "mail", "booking", "calendar", "bank")
@@ -309,13 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     app = App(args.app, load_seed(args.app, args.seed), Path(args.state))
     server = ThreadingHTTPServer((args.host, args.port), make_handler(app))
-    server.daemon_threads = True
-    print(f"{args.app} on http://{args.host}:{args.port}/", file=sys.stderr, flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    return 0
+    return serve_until_stopped(server, f"{args.app} on http://{args.host}:{args.port}/")
 
 
 if __name__ == "__main__":
