@@ -1,10 +1,11 @@
 """The docs site builds with ``mkdocs build --strict`` (no broken link or anchor, no page left
-out of the nav: mkdocs.yml's ``validation`` makes those warnings, --strict failures), and every page
-under docs/ is in the nav."""
+out of the nav: mkdocs.yml's ``validation`` makes those warnings, --strict failures), every page
+under docs/ is in the nav, and the README stays a short front door whose links resolve."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -66,3 +67,12 @@ def test_every_page_is_in_the_nav() -> None:
         f"{sorted(nav - pages - GENERATED)}"
     )
 
+
+def test_readme_is_a_short_front_door() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 150
+    assert "bash scripts/setup.sh && .venv/bin/forge run" in text
+    assert "bash scripts/test.sh" in text
+    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
+        if "://" not in target:
+            assert (ROOT / target).exists(), f"README links to a missing {target}"
