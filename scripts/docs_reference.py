@@ -176,6 +176,12 @@ def _subparsers_action(parser: argparse.ArgumentParser) -> argparse._SubParsersA
     raise ValueError(f"{parser.prog} has no subcommands")
 
 
+def _usage(parser: argparse.ArgumentParser) -> str:
+    """The parser's usage at a fixed width (not the terminal's), so every build is the same."""
+    parser.formatter_class = lambda prog: argparse.HelpFormatter(prog, width=96)
+    return parser.format_usage().strip()
+
+
 def _argument_rows(parser: argparse.ArgumentParser) -> list[str]:
     rows = []
     for action in parser._actions:
@@ -220,7 +226,7 @@ def cli_page() -> str:
         "same.",
         "",
         "```text",
-        top.format_usage().strip(),
+        _usage(top),
         "```",
         "",
         "| option | what |",
@@ -238,7 +244,7 @@ def cli_page() -> str:
                 "",
                 "Its `key=value` config overrides may come before, between or after its flags.",
             ]
-        usage = sub.format_usage().strip()
+        usage = _usage(sub)
         lines += ["", "```text", usage, "```", "", "| argument | what |", "|---|---|"]
         lines += _argument_rows(sub)
     return "\n".join(lines) + "\n"
