@@ -6,6 +6,7 @@ agent, or a small agent program given inline)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -67,20 +68,23 @@ def agent(calls: int, on_refusal: str, pad: int = 0, model: str = "{model}") -> 
     }
 
 
-def stalling(policy: Policy, stall_s: float, nth: int = 1) -> Policy:
+def stalling(policy: Policy, stall_s: float, nth: int = 1) -> asyncio.Event:
     """The model double answers its ``nth`` request only after ``stall_s`` seconds, as a
-    Policy does whose requests queue or wait out a weight update."""
-    engine, seen = policy.engine, [0]
+    Policy does whose requests queue or wait out a weight update; or sooner once the event it
+    returns is set (:func:`play` sets it when the attempt has ended: the pod's proxy, stopping,
+    would otherwise wait out a stall no harness waits on any more)."""
+    engine, seen, release = policy.engine, [0], asyncio.Event()
     generate = engine.generate
 
     async def slow(requests: list[Any]) -> list[Any]:
         seen[0] += 1
         if seen[0] == nth:
-            await asyncio.sleep(stall_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(release.wait(), stall_s)
         return await generate(requests)
 
     engine.generate = slow  # type: ignore[method-assign]
-    return policy
+    return release
 
 
 def play(
@@ -97,8 +101,7 @@ def play(
 
     async def main() -> Episode:
         policy = Policy({"engine": {"name": "scripted", "model": "tiny"}, "batch_wait_ms": 0})
-        if stall_s:
-            stalling(policy, stall_s, stall_nth)
+        release = stalling(policy, stall_s, stall_nth) if stall_s else asyncio.Event()
         pod = HarnessPod(
             LocalHandle(policy), pod_id="p", run="t", proxy=proxy,
             sandbox={"root": str(tmp_path / "sandboxes")},
@@ -112,6 +115,7 @@ def play(
                 attempt_timeout_s=attempt_timeout_s,
             )
         finally:
+            release.set()  # the attempt is over: a stall still running ends now
             await pod.stop()
 
     return asyncio.run(main())
@@ -151,17 +155,17 @@ def test_time_waiting_on_the_policy_is_not_the_agents(tmp_path, nth) -> None:
     """The Policy holds an answer past the task's whole time limit (a queue, a weight update):
     was `timeout`, scored 0 (the second call; the first: `harness_hung`, retried); the agent's
     own time was short, so now it is verified."""
-    task = smoke("hello_file", timeout_s=15)
-    ep = play(tmp_path, task, stall_s=20, stall_nth=nth, attempt_timeout_s=300)
+    task = smoke("hello_file", timeout_s=9)  # the agent's own time: ~3 s on a loaded machine
+    ep = play(tmp_path, task, stall_s=12, stall_nth=nth, attempt_timeout_s=300)
     assert outcome(ep) == ("ok", None, None, 1.0), ep.harness_log[-2000:]
-    assert ep.turns[nth - 1].latency_s >= 20 > task.limits.timeout_s
+    assert ep.turns[nth - 1].latency_s >= 12 > task.limits.timeout_s
 
 
 def test_a_policy_slower_than_the_attempt_allows_is_infrastructure(tmp_path) -> None:
     """Past the harness's wall-clock cap (what attempt_timeout_s leaves over) while its own
     time was left: `policy_stalled`, retried (was `timeout`, scored 0)."""
-    task = smoke("hello_file", timeout_s=10)
-    ep = play(tmp_path, task, stall_s=30, stall_nth=2, attempt_timeout_s=40 + 10)  # cap: 20 s
+    task = smoke("hello_file", timeout_s=6)
+    ep = play(tmp_path, task, stall_s=18, stall_nth=2, attempt_timeout_s=36 + 6)  # cap: 12 s
     assert outcome(ep)[:3] == ("failed", "policy_stalled", None), ep.harness_log[-2000:]
 
 
