@@ -3,22 +3,22 @@
 A plain class; the driver wraps it with ``ray.remote``. One :meth:`Trainer.train_step` takes
 groups (the n ok attempts of one task each), turns rewards into group-relative advantages,
 applies each episode's advantage to every sampled token of all its segments, and minimises the
-clipped surrogate averaged per episode (:mod:`forge.grpo`), accumulating gradients over
-micro-batches (:mod:`forge.batching`) before one optimizer step.
+clipped surrogate averaged per episode (:mod:`forge.train.grpo`), accumulating gradients over
+micro-batches (:mod:`forge.train.batching`) before one optimizer step.
 
 The old logprobs are the engine's sampling logprobs recorded in the segments (token in, token
 out), or with ``rollout_correction: tis`` the trainer's own, computed before the update, with
 each token's loss weighted by the truncated ratio ``min(pi_trainer / pi_engine, tis_cap)``
-(:func:`forge.grpo.truncated_is_weights`). Log-probabilities are those of the tempered
-distribution each segment was sampled from (:mod:`forge.logprobs`). The model stays in eval mode
-(no dropout) so that, before the first update, recomputed logprobs equal the recorded ones up to
-kernel rounding (``logprob_abs_diff_*`` and ``logprob_kl`` report the gap).
+(:func:`forge.train.grpo.truncated_is_weights`). Log-probabilities are those of the tempered
+distribution each segment was sampled from (:mod:`forge.train.logprobs`). The model stays in
+eval mode (no dropout) so that, before the first update, recomputed logprobs equal the recorded
+ones up to kernel rounding (``logprob_abs_diff_*`` and ``logprob_kl`` report the gap).
 
 A vision-language model (``tiny-vl``, a Qwen2-VL checkpoint) trains on the same rows with the
 episodes' screenshots: each micro-batch's images go through the model's image processor again
 (from the exact bytes the Policy saw), each row's image tokens are checked against the images'
 grids (a mismatch is refused, never trained on), and the logprobs are computed with the pixels
-at their tokens (:func:`forge.logprobs.token_logprobs`). Checkpoints then carry the image
+at their tokens (:func:`forge.train.logprobs.token_logprobs`). Checkpoints then carry the image
 processor, so they load back as a Policy engine's model.
 
 A step whose loss or gradient norm is not finite is skipped: no optimizer step, the weights and
@@ -42,11 +42,11 @@ from torch import Tensor
 
 from actors.replay_buffer import unbox
 from actors.trainer_state import restore, snapshot, write_checkpoint
-from forge.batching import MicroBatch, build_rows, micro_batches
 from forge.config import TrainerConfig
-from forge.grpo import group_advantages, kl_penalty, policy_loss, truncated_is_weights
-from forge.logprobs import GapStats, token_logprobs
 from forge.rng import rng_state, set_rng_state
+from forge.train.batching import MicroBatch, build_rows, micro_batches
+from forge.train.grpo import group_advantages, kl_penalty, policy_loss, truncated_is_weights
+from forge.train.logprobs import GapStats, token_logprobs
 from forge.types import Episode
 from serve.collective import Broadcaster, metas_of
 from serve.models import flushes_denormals, load_model, load_model_and_processor
@@ -160,7 +160,7 @@ class Trainer:
         ``ppo_kl``, ``ratio_mean/max``, ``entropy`` (of the tempered distributions),
         ``grad_norm`` (before clipping), ``step_time_s``, ``tokens_per_s``, ``version``,
         ``step``, ``updated``; the
-        engine-vs-trainer gap before the update (:class:`forge.logprobs.GapStats`):
+        engine-vs-trainer gap before the update (:class:`forge.train.logprobs.GapStats`):
         ``logprob_abs_diff_max/mean``, ``logprob_kl`` (k3), ``logprob_kl_k1``; with
         ``rollout_correction: tis``, ``tis_weight_mean`` and ``tis_capped_frac``;
         ``nonfinite_skipped`` (1 when this step was skipped for a non-finite loss or gradient

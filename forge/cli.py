@@ -22,7 +22,7 @@ T = TypeVar("T")
 
 def _serve(args: argparse.Namespace) -> int:
     from forge.cluster import init_ray
-    from forge.student import model_path
+    from forge.train.student import model_path
     from serve.policy import deploy_policy
     from serve.server import make_app, run_server
 
@@ -61,7 +61,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _student(config: RunConfig, command: str) -> RunConfig | None:
     """``config`` with ``tiny-claw`` made and named by its path (None after an error, said)."""
-    from forge.student import resolve
+    from forge.train.student import resolve
 
     return _making_student(command, lambda: resolve(config))
 
@@ -69,7 +69,7 @@ def _student(config: RunConfig, command: str) -> RunConfig | None:
 def _making_student(command: str, make: Callable[[], T]) -> T | None:
     """``make()``, or None after saying why making ``tiny-claw`` failed."""
     from forge.harnesses.install import HarnessNotInstalled
-    from forge.sandboxes import IsolationUnavailable
+    from forge.sandboxes.bwrap import IsolationUnavailable
 
     try:
         return make()
@@ -186,8 +186,8 @@ def _collect(args: argparse.Namespace) -> int:
 
 
 def _sft(args: argparse.Namespace) -> int:
-    from forge.sft import train
-    from forge.student import model_path
+    from forge.train.sft import train
+    from forge.train.student import model_path
 
     model = _making_student("sft", lambda: model_path(args.model))  # `tiny-claw` too
     if model is None:
@@ -210,7 +210,7 @@ def _sft(args: argparse.Namespace) -> int:
 
 
 def _student_cmd(args: argparse.Namespace) -> int:
-    from forge.student import NAME
+    from forge.train.student import NAME
 
     resolved = _student(load_config(str(MAIN_JOB), [f"policy.engine.model={NAME}"]), "student")
     if resolved is None:
@@ -220,7 +220,7 @@ def _student_cmd(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from forge.plot import plot
+    from forge.observe.plot import plot
 
     metrics = [m for m in (args.metrics or "").split(",") if m] or None
     try:
@@ -235,7 +235,7 @@ def _plot(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from forge.export_atif import export
+    from forge.observe.export_atif import export
 
     try:
         written = list(export(Path(args.run_dir), Path(args.out) if args.out else None))
@@ -250,7 +250,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _view(args: argparse.Namespace) -> int:
-    from forge.view import serve
+    from forge.observe.view.app import serve
 
     try:
         serve(Path(args.run_dir), host=args.host, port=args.port)
@@ -263,7 +263,7 @@ def _view(args: argparse.Namespace) -> int:
 def _analyze(args: argparse.Namespace) -> int:
     import json
 
-    from forge.analyze import analyze, table
+    from forge.observe.analyze import analyze, table
 
     try:
         report = analyze(Path(args.run_dir))
@@ -276,8 +276,8 @@ def _analyze(args: argparse.Namespace) -> int:
 
 
 def _harness(args: argparse.Namespace) -> int:
-    from forge.harnesses import HARNESSES
     from forge.harnesses.install import PACKAGES, folder_size, install
+    from forge.harnesses.registry import HARNESSES
 
     if args.action == "list":
         for name in sorted(HARNESSES):
@@ -316,8 +316,8 @@ def _kube_rbac(args: argparse.Namespace) -> int:
 def _image(args: argparse.Namespace) -> int:
     import contextlib
 
-    from forge import images
     from forge.harnesses.install import PACKAGES
+    from forge.images import tags as images
     from forge.sandboxes import dockerd
     from forge.sandboxes.docker import DockerUnavailable, client_for, resolve_host
 

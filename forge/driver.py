@@ -26,20 +26,21 @@ import ray
 import yaml
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from forge import metrics
 from forge.cluster import init_ray
 from forge.config import ConfigError, RunConfig
-from forge.config_placement import unplaceable
+from forge.config.placement import unplaceable
 from forge.episode_images import write_images
-from forge.harnesses import require
 from forge.harnesses.install import HarnessNotInstalled
-from forge.loggers import LoggerMissing, MetricsLog
-from forge.loggers import require as require_loggers
+from forge.harnesses.registry import require
+from forge.images.task import TaskImageError
+from forge.images.task import prepare as prepare_task_images
+from forge.observe import metrics
+from forge.observe.loggers import LoggerMissing, MetricsLog
+from forge.observe.loggers import require as require_loggers
+from forge.observe.progress import Progress
 from forge.outcome import check_attempt_timeout
-from forge.progress import Progress
-from forge.sandboxes import IsolationUnavailable, check_isolation, reap_sandboxes
-from forge.task_images import TaskImageError
-from forge.task_images import prepare as prepare_task_images
+from forge.sandboxes.bwrap import IsolationUnavailable
+from forge.sandboxes.registry import check_isolation, reap_sandboxes
 from tasks.harbor import refuse_for_training
 from tasks.loader import TaskError, load_suite
 

@@ -28,11 +28,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from forge.harnesses import AttemptContext, get_harness
 from forge.harnesses.app_tools import app_env, app_extra, app_mounts, cli_hint, services_via
+from forge.harnesses.base import AttemptContext
+from forge.harnesses.registry import get_harness
 from forge.outcome import SANDBOX_SLACK_S, classify_end, harness_cap_s
-from forge.sandboxes import sandbox_for, services
+from forge.sandboxes import services
 from forge.sandboxes.base import ExecResult, SandboxSpec
+from forge.sandboxes.registry import sandbox_for
 from forge.trajectory import assemble
 from forge.types import Episode
 from rewards.runner import run_verifier

@@ -35,11 +35,11 @@ from typing import TYPE_CHECKING, Any
 
 from forge.sandboxes.base import ArchiveTooLarge, ExecResult, Sandbox, SandboxSpec
 from forge.sandboxes.bwrap import HOME
-from rewards import build_verifier
 from rewards.app_state import AppState
 from rewards.base import Verdict
 from rewards.common import AllOf, VerifierModel
 from rewards.page_state import PageState
+from rewards.registry import build_verifier
 
 if TYPE_CHECKING:
     from tasks.schema import Task

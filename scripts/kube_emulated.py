@@ -14,7 +14,7 @@ admission, RBAC enforcement, NetworkPolicy and pod networking are not exercised.
 Steps: start a private dockerd in a temp root (never the shared ~/.cache/openforge/dockerd,
 which other runs use); load the images the command needs (the base, for verifiers, and one per
 harness) by ``docker save`` from the shared daemon when it has them at the current tags, else
-build them here with forge.images; start kmock and the controller; run the command as a
+build them here with forge.images.tags; start kmock and the controller; run the command as a
 subprocess with ``sandbox.backend=kubernetes sandbox.kubernetes.api_url=<kmock>
 sandbox.kubernetes.namespace=<NS>`` appended (proxy.host keeps its loopback default: the pods
 share the host network; no registry), its output live; then tear down by pid in ``finally``:
@@ -39,7 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from forge import images  # noqa: E402
+from forge.images import tags as images  # noqa: E402
 from forge.sandboxes import dockerd  # noqa: E402
 from forge.sandboxes.tmproot import private_root  # noqa: E402
 

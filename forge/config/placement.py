@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from forge.config_sandbox import Strict
+from forge.config.sandbox import Strict
 
 ActorKind = Literal["policy", "trainer", "harness_pod", "scheduler", "replay_buffer"]
 # Kubernetes-style label syntax, as Ray's label selector takes it.

@@ -9,14 +9,14 @@ import yaml
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 # the sandbox sections live beside this module; they are part of this config
-from forge.config_placement import ActorKind as ActorKind
-from forge.config_placement import ActorPlacement as ActorPlacement
-from forge.config_placement import PlacementConfig as PlacementConfig
-from forge.config_placement import PodPlacement as PodPlacement
-from forge.config_sandbox import KubernetesConfig as KubernetesConfig
-from forge.config_sandbox import SandboxConfig as SandboxConfig
-from forge.config_sandbox import Strict as _Strict
-from forge.config_verl import VerlConfig as VerlConfig
+from forge.config.placement import ActorKind as ActorKind
+from forge.config.placement import ActorPlacement as ActorPlacement
+from forge.config.placement import PlacementConfig as PlacementConfig
+from forge.config.placement import PodPlacement as PodPlacement
+from forge.config.sandbox import KubernetesConfig as KubernetesConfig
+from forge.config.sandbox import SandboxConfig as SandboxConfig
+from forge.config.sandbox import Strict as _Strict
+from forge.config.verl import VerlConfig as VerlConfig
 
 
 class EngineConfig(_Strict):
@@ -30,7 +30,7 @@ class EngineConfig(_Strict):
     model: str = Field(
         "tiny",
         description="Model: 'tiny', 'tiny-claw' (tiny after SFT on oracle claw episodes; made "
-        "on first use, forge/student.py), 'smollm2-135m', or a local Hugging Face checkpoint "
+        "on first use, forge/train/student.py), 'smollm2-135m', or a local Hugging Face checkpoint "
         "directory.",
     )
     device: str = Field("cpu", description="torch device for the torch engine.")
@@ -416,7 +416,7 @@ class RunConfig(_Strict):
     @field_validator("harness")
     @classmethod
     def _known_harness(cls, name: str) -> str:
-        from forge.harnesses import HARNESSES
+        from forge.harnesses.registry import HARNESSES
 
         if name not in HARNESSES:
             raise ValueError(f"unknown harness {name!r}; known: {', '.join(sorted(HARNESSES))}")
@@ -427,7 +427,7 @@ class RunConfig(_Strict):
     def _harness_takes_options(cls, options: dict[str, Any], info: ValidationInfo) -> dict:
         import inspect
 
-        from forge.harnesses import HARNESSES
+        from forge.harnesses.registry import HARNESSES
 
         adapter = HARNESSES.get(info.data.get("harness", ""))
         if adapter is None:

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from forge.config_sandbox import Strict
+from forge.config.sandbox import Strict
 
 
 class VerlConfig(Strict):

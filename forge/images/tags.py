@@ -157,9 +157,9 @@ def _harness_sources(name: str) -> dict[str, str]:
     too: the services' client and commands, the in-sandbox services launcher and the web
     applications, and for the GUI harnesses Chromium's policy and the ``miniwob`` package's
     HTML when it is installed."""
-    from forge.harnesses import get_harness
     from forge.harnesses.app_tools import SERVICES_HOST
     from forge.harnesses.gui_actions import CHROMIUM_POLICY, chromium_policy
+    from forge.harnesses.registry import get_harness
     from forge.sandboxes import services as launch
     from tasks.services import MOUNT
 

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from forge import images
+from forge.images import tags as images
 from serve.models import cache_dir
 from tasks.dockerfile import DockerfileError, rewrite_from
 

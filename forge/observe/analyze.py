@@ -14,12 +14,13 @@ The tool results come from the next request's history (chat ``tool`` messages, R
 ``function_call_output`` items, Anthropic ``tool_result`` blocks). Errors are recognised by
 their text (exit codes, "error", "No such file", tracebacks): a heuristic, stated as such.
 
-GUI episodes (screenshots, or the GUI tools offered: :func:`forge.analyze_gui.is_gui_episode`)
-are rated apart, under ``gui`` (action types, clicks that changed nothing, recovery, steps, done
-share: :mod:`forge.analyze_gui`); ``versions`` holds the rates above over the other episodes.
+GUI episodes (screenshots, or the GUI tools offered:
+:func:`forge.observe.analyze_gui.is_gui_episode`) are rated apart, under ``gui`` (action types,
+clicks that changed nothing, recovery, steps, done share: :mod:`forge.observe.analyze_gui`);
+``versions`` holds the rates above over the other episodes.
 Episodes of tasks with services are also rated under ``services`` (exact counts of dedicated
 service-tool calls against shell calls, operation coverage, reads after writes:
-:mod:`forge.analyze_services`).
+:mod:`forge.observe.analyze_services`).
 ``RUN_DIR`` is a run directory (``episodes/episodes.jsonl``) or one agent's folder of a
 ``forge eval`` output (``episodes.jsonl``).
 """
@@ -171,8 +172,8 @@ def episodes_file(run_dir: Path) -> Path:
 def analyze(run_dir: Path) -> dict[str, Any]:
     """Behaviour per policy version over ``RUN_DIR``'s recorded episodes: the text rates under
     ``versions``, the GUI rates under ``gui``."""
-    from forge.analyze_gui import gui_rates, is_gui_episode
-    from forge.analyze_services import service_rates
+    from forge.observe.analyze_gui import gui_rates, is_gui_episode
+    from forge.observe.analyze_services import service_rates
 
     by_version: dict[int, list[dict[str, Any]]] = defaultdict(list)
     gui_by_version: dict[int, list[dict[str, Any]]] = defaultdict(list)
@@ -191,8 +192,8 @@ def analyze(run_dir: Path) -> dict[str, Any]:
 
 
 def table(report: dict[str, Any]) -> str:
-    from forge.analyze_gui import gui_table
-    from forge.analyze_services import services_table
+    from forge.observe.analyze_gui import gui_table
+    from forge.observe.analyze_services import services_table
 
     def fmt(x: float | None) -> str:
         return "-" if x is None else f"{x:.2f}"

@@ -40,8 +40,8 @@ import re
 from collections import Counter
 from typing import Any
 
-from forge.analyze import _results
 from forge.harnesses.gui_actions import ACTIONS
+from forge.observe.analyze import _results
 
 POINTER = ("click", "double_click", "scroll", "drag")
 HARNESS_VERDICT = re.compile(
@@ -80,8 +80,9 @@ def _harness_changed(result: str | None) -> bool | None:
 
 
 def _result(raw: str | None) -> tuple[str | None, bool]:
-    """(text, is an error) of a tool result as :func:`forge.analyze._results` keeps it (JSON of
-    the chat content, the Responses output or the Anthropic block); (None, False) if absent."""
+    """(text, is an error) of a tool result as :func:`forge.observe.analyze._results` keeps it
+    (JSON of the chat content, the Responses output or the Anthropic block); (None, False) if
+    absent."""
     if raw is None:
         return None, False
     result = json.loads(raw)

@@ -14,15 +14,15 @@ tool calls:
     self_verify      share of episodes with a write to a service (accepted) that read that
                      service's state afterwards (an accepted read of the same service)
 
-Unlike :mod:`forge.analyze`'s text heuristics, the service figures are exact: the pod saw every
-call.
+Unlike :mod:`forge.observe.analyze`'s text heuristics, the service figures are exact: the pod
+saw every call.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from forge.analyze import SHELL_TOOLS
+from forge.observe.analyze import SHELL_TOOLS
 from tasks.services import APPS
 
 DEDICATED = ("tool", "mcp")

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from forge.analyze import episodes_file, tool_results
+from forge.observe.analyze import episodes_file, tool_results
 
 SCHEMA = "ATIF-v1.6"
 EXTRA = (  # what an OpenForge episode adds, in the trajectory's extra

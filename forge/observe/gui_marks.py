@@ -7,9 +7,9 @@ for a drag, and a caption naming every call (typed text, keys, address, answer).
 numbered in order. Coordinates are read as the harness reads them: 0..1000 across the image.
 
 :func:`marked_turns` does that for every turn of an episode: the last image of the turn's
-request (the screenshot the model acted on) with the turn's calls. ``python -m forge.gui_marks
-EPISODES.jsonl OUT_DIR`` writes them as PNG files, reading the pixels from the ``images``
-folder beside the episode records.
+request (the screenshot the model acted on) with the turn's calls.
+``python -m forge.observe.gui_marks EPISODES.jsonl OUT_DIR`` writes them as PNG files, reading
+the pixels from the ``images`` folder beside the episode records.
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def folder_images(folder: Path) -> Callable[[str], bytes]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 3:
-        print("usage: python -m forge.gui_marks EPISODES.jsonl OUT_DIR", file=sys.stderr)
+        print("usage: python -m forge.observe.gui_marks EPISODES.jsonl OUT_DIR", file=sys.stderr)
         return 2
     records, out = Path(argv[1]), Path(argv[2])
     out.mkdir(parents=True, exist_ok=True)

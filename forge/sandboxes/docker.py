@@ -24,7 +24,7 @@ pids limits come from :class:`SandboxConfig`;
 labels name the run, HarnessPod, episode, attempt and a deadline (epoch seconds), so
 :func:`reap_containers` finds leaked ones. The workspace and home live in the container.
 A task that brings its own Dockerfile (a Harbor task) runs from its own image
-(:mod:`forge.task_images`) with the harness's files mounted, in the Dockerfile's workdir, with
+(:mod:`forge.images.task`) with the harness's files mounted, in the Dockerfile's workdir, with
 the environment its Dockerfile set.
 """
 
@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forge import images
 from forge.config import SandboxConfig
+from forge.images import tags as images
 from forge.sandboxes import bridge, dockerd
 from forge.sandboxes.agent_client import (
     DEFAULT_PATH,
@@ -214,7 +214,7 @@ class DockerSandbox(AgentSandbox):
             if not os.path.exists(host):
                 raise FileNotFoundError(f"read-only mount source does not exist: {host}")
         if spec.environment:  # a task's own image: built when missing, the harness mounted
-            from forge import task_images
+            from forge.images import task as task_images
 
             image = task_images.ensure(client, spec.environment, self.config.image_aliases)
             binds = dict(spec.ro_mounts)
@@ -281,7 +281,7 @@ class DockerSandbox(AgentSandbox):
         client.api.start(container["Id"])
         base_env = {"PATH": DEFAULT_PATH, "HOME": HOME, "TZ": "UTC", "LANG": "C.UTF-8"}
         if spec.environment:  # what the task's Dockerfile set (ENV), and its own variables
-            from forge.task_images import image_env
+            from forge.images.task import image_env
 
             task_env = {**image_env(client, self.image), **spec.environment.get("env", {})}
             base_env.update({k: v for k, v in task_env.items() if k != "HOME"})

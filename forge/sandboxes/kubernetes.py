@@ -191,7 +191,7 @@ class KubernetesSandbox(AgentSandbox):
         """The harness's image (its files baked in at the paths its ro_mounts name), the base
         for a verifier, or ``config.image``; behind ``sandbox.kubernetes.registry`` when set.
         Host paths cannot be mounted into a pod: a mount the image lacks is an error."""
-        from forge import images
+        from forge.images import tags as images
 
         tag, baked = self.config.image or images.base_tag(), {}
         if self.harness is not None and not self.config.image:

@@ -7,7 +7,7 @@ logprobs are the segment's shifted by one (a token at index 0 has no context and
 trained; the engine never samples one there).
 
 Every row carries its episode's advantage and the per-token loss weight ``1 / (E * T_e)`` (see
-:func:`forge.grpo.episode_token_weights`), computed here once over the *whole* batch, so any
+:func:`forge.train.grpo.episode_token_weights`), computed here once over the *whole* batch, so any
 split of the rows into micro-batches accumulates exactly the full-batch gradient.
 
 Every row also carries its segment's sampling temperature: the trainer divides the logits by it

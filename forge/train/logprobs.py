@@ -2,7 +2,7 @@
 
 :func:`token_logprobs` computes, for each sampled position of a micro-batch, the log-probability
 of the target token under the *tempered* distribution ``softmax(logits / T)``, with ``T`` the
-temperature the engine sampled the row with (:attr:`forge.batching.MicroBatch.temperature`).
+temperature the engine sampled the row with (:attr:`forge.train.batching.MicroBatch.temperature`).
 That is the distribution the engine sampled from and recorded logprobs of, so the ratio
 ``pi_new / pi_old`` of the PPO surrogate compares like with like at any temperature. The engine
 also truncates by ``top_p`` when asked; the HarnessPod forces ``top_p = 1`` on training calls, so
@@ -27,8 +27,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from forge.batching import MicroBatch
-from forge.grpo import LOG_RATIO_CLAMP
+from forge.train.batching import MicroBatch
+from forge.train.grpo import LOG_RATIO_CLAMP
 from serve.vision import VisionInputs, is_vision_model, rope_positions
 
 _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")

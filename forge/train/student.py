@@ -22,13 +22,13 @@ from pathlib import Path
 from forge.config import RunConfig, load_config
 
 NAME = "tiny-claw"
-CONFIG = Path(__file__).resolve().parent.parent / "examples" / "claw.yaml"
+CONFIG = Path(__file__).resolve().parents[2] / "examples" / "claw.yaml"
 RECIPE = {
     "tasks": "claw-gen/train/read_word",  # the main job's training split
     "seed": 0,
     "sft_steps": 400,
     "sft_batch": 8,
-    "sft_lr": 1e-3,  # peak; warm-up then cosine decay (forge.sft.lr_at)
+    "sft_lr": 1e-3,  # peak; warm-up then cosine decay (forge.train.sft.lr_at)
 }
 
 
@@ -65,7 +65,7 @@ def build(
     import ray
 
     from forge.collect import collect
-    from forge.sft import train
+    from forge.train.sft import train
 
     t0 = time.perf_counter()
     work = out.with_name(f".{out.name}.{os.getpid()}")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from forge.analyze import analyze, episode_behaviour
+from forge.observe.analyze import analyze, episode_behaviour
 from tests.forge.test_cli import FORGE
 
 TOOLS = [

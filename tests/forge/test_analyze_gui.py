@@ -8,7 +8,7 @@ reference solution the oracle plays: the shipped one (two clicks that change the
 click on an empty spot (a no-effect click, then recovery, reward 1), and the empty click alone
 (no effect, no recovery, reward 0). Each starts with a ``wait`` so the
 empty click acts on the rendered page, not on the first screenshot (which can show the page
-before it is drawn: see the limits in :mod:`forge.analyze_gui`).
+before it is drawn: see the limits in :mod:`forge.observe.analyze_gui`).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 import yaml
 
-from forge.analyze import analyze, table
-from forge.analyze_gui import gui_behaviour, gui_rates, is_gui_episode
 from forge.harnesses.install import PACKAGES
+from forge.observe.analyze import analyze, table
+from forge.observe.analyze_gui import gui_behaviour, gui_rates, is_gui_episode
 from forge.sandboxes.bwrap import bwrap_works
 from tests.forge.test_analyze import AFTER, BEFORE
 from tests.forge.test_cli import FORGE

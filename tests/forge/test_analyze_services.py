@@ -1,10 +1,10 @@
-"""forge/analyze_services.py: dedicated service-tool calls against shell calls, operation
+"""forge/observe/analyze_services.py: dedicated service-tool calls against shell calls, operation
 coverage and reads after writes, from the calls the pod recorded."""
 
 from __future__ import annotations
 
-from forge.analyze import _offered
-from forge.analyze_services import service_rates, services_table
+from forge.observe.analyze import _offered
+from forge.observe.analyze_services import service_rates, services_table
 
 
 def _call(service: str, op: str, via: str, turn: int, writes: bool, error: str = "") -> dict:

@@ -229,7 +229,7 @@ EXAMPLES = [
 def test_every_example_config_loads_and_names_real_parts(path: Path) -> None:
     """Each shipped example is a valid run config whose suite loads and whose harness (with
     its options) can be built: a renamed suite or option would break what the README runs."""
-    from forge.harnesses import get_harness
+    from forge.harnesses.registry import get_harness
     from tasks.loader import load_suite
 
     config = load_config(path)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from forge.config import ConfigError, RunConfig, load_config
-from forge.config_placement import node_fits, selector_matches, unplaceable
+from forge.config.placement import node_fits, selector_matches, unplaceable
 
 KINDS = ("policy", "trainer", "harness_pod", "scheduler", "replay_buffer")
 

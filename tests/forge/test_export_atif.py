@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from forge.export_atif import trajectory, validator
+from forge.observe.export_atif import trajectory, validator
 from tests.forge.test_cli import FORGE
 from tests.forge.view.test_view import _episode, record_run
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from forge.fidelity import echoed_arguments, wire_fidelity
+from forge.observe.fidelity import echoed_arguments, wire_fidelity
 from forge.types import Episode, Turn
 
 ARGS = json.dumps({"command": "ls -a"})  # '{"command": "ls -a"}': with spaces, as emitted

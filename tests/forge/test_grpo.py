@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from forge.batching import build_rows, collate, micro_batches, plan_micro_batches
-from forge.grpo import (
+from forge.train.batching import build_rows, collate, micro_batches, plan_micro_batches
+from forge.train.grpo import (
     episode_token_weights,
     group_advantages,
     kl_penalty,

@@ -1,4 +1,4 @@
-"""forge.grpo against veRL's own functions on the same random tensors.
+"""forge.train.grpo against veRL's own functions on the same random tensors.
 
 veRL is an optional reference: its wheel pins transformers<5.11 and pulls wandb, datasets,
 tensorboard, so it is installed with ``pip install --no-deps verl==0.9.1`` next to the small
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from forge.grpo import group_advantages, kl_penalty, policy_loss
+from forge.train.grpo import group_advantages, kl_penalty, policy_loss
 
 try:
     from verl.trainer.ppo import core_algos

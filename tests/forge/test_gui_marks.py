@@ -8,9 +8,9 @@ from pathlib import Path
 
 from PIL import Image
 
-from forge import gui_marks
-from forge.gui_marks import COLOURS, draw_actions, marked_turns
 from forge.harnesses.gui_actions import to_pixels
+from forge.observe import gui_marks
+from forge.observe.gui_marks import COLOURS, draw_actions, marked_turns
 from forge.types import ToolCall
 
 SIZE = (640, 480)

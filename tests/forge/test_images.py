@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from forge import images
 from forge.harnesses.app_tools import SERVICES_HOST
 from forge.harnesses.install import PACKAGES
 from forge.harnesses.react import PROGRAM, PROGRAM_HOST
+from forge.images import tags as images
 from forge.sandboxes import services
 
 

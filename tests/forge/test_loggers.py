@@ -1,5 +1,6 @@
-"""forge/loggers.py and forge/plot.py: a run's step records go to metrics.jsonl, TensorBoard
-event files (read back here from the files) and an offline W&B run; forge plot draws them."""
+"""forge/observe/loggers.py and forge/observe/plot.py: a run's step records go to metrics.jsonl,
+TensorBoard event files (read back here from the files) and an offline W&B run; forge plot draws
+them."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from forge.config import LoggingConfig, RunConfig
-from forge.loggers import LoggerMissing, MetricsLog, require, scalars
+from forge.observe.loggers import LoggerMissing, MetricsLog, require, scalars
 from tests.forge.test_cli import FORGE
 
 RECORDS = [

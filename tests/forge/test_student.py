@@ -1,5 +1,5 @@
-"""``tiny-claw``, the main job's student (forge/student.py): made on first use from the oracle's
-episodes through the react harness, kept under a digest of its recipe, found again without
+"""``tiny-claw``, the main job's student (forge/train/student.py): made on first use from the
+oracle's episodes through the react harness, kept under a digest of its recipe, found again without
 being made twice, and named by its path in the config a command runs. A small one here (three
 tasks, a few SFT steps) on the test session's Ray cluster; the full one is what the main job
 makes (README)."""
@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from forge import cli, student
+from forge import cli
 from forge.config import load_config
+from forge.train import student
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,6 +57,8 @@ def test_made_once_then_found(
     assert resolved.model_dump(exclude={"policy"}) == like.model_dump(exclude={"policy"})
 
     seen: dict[str, str] = {}  # `forge sft --model tiny-claw` trains the checkpoint itself
-    monkeypatch.setattr("forge.sft.train", lambda folder, model, o, **kw: seen.update(model=model))
+    monkeypatch.setattr(
+        "forge.train.sft.train", lambda folder, model, o, **kw: seen.update(model=model)
+    )
     assert cli.main(["sft", str(tmp_path), "--model", "tiny-claw", "--out", str(tmp_path)]) == 0
     assert seen == {"model": str(out)}

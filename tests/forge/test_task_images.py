@@ -1,4 +1,4 @@
-"""Task images planned from a Harbor task's Dockerfile (forge.task_images): FROM resolved
+"""Task images planned from a Harbor task's Dockerfile (forge.images.task): FROM resolved
 through the alias map, bases no one can give refused naming them, the tag following every
 input. Building them is tested with a real daemon in sandboxes/test_docker_harbor.py."""
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from forge import images
 from forge.config import SandboxConfig
-from forge.task_images import TaskImageError, plan, prepare
+from forge.images import tags as images
+from forge.images.task import TaskImageError, plan, prepare
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "harbor"
 ALIASES = SandboxConfig().image_aliases

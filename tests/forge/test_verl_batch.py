@@ -1,12 +1,12 @@
-"""Rows in veRL's layout (forge.verl_batch): prompt up to the first sampled token, response
+"""Rows in veRL's layout (forge.train.verl.batch): prompt up to the first sampled token, response
 after, left and right padding, positions restarting per row, ranks holding equal row counts."""
 
 from __future__ import annotations
 
 import torch
 
-from forge.batching import Row
-from forge.verl_batch import collate, shard, split_row
+from forge.train.batching import Row
+from forge.train.verl.batch import collate, shard, split_row
 
 PAD = 0
 

@@ -6,9 +6,6 @@ zero-variance groups flagged; dropped groups and failed attempts with their reas
 episodes (paged), an episode (its record, the conversation as the harness sent it, the tokens
 of each training segment as trained or not, coloured by the engine's log-probability, the
 services it called) and a comparison (one task's episodes at two policy versions side by side).
-It reads the run through an index (:mod:`forge.view.index`) and never loads every episode.
+It reads the run through an index (:mod:`forge.observe.view.index`) and never loads every
+episode; :mod:`forge.observe.view.app` is the application.
 """
-
-from forge.view.app import build_app, serve
-
-__all__ = ["build_app", "serve"]

@@ -11,8 +11,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from forge.view import pages
-from forge.view.index import RunIndex
+from forge.observe.view import pages
+from forge.observe.view.index import RunIndex
 
 
 def _decoder(run_dir: Path) -> pages.Decode:
@@ -68,8 +68,8 @@ def build_app(run_dir: Path) -> Starlette:
         return html(pages.episode_page(index, name, row, decode))
 
     async def screen(request: Request) -> Response:
-        """A GUI turn's screenshot with the model's action drawn on it (forge.gui_marks)."""
-        from forge.gui_marks import draw_actions, folder_images
+        """A GUI turn's screenshot with the model's action drawn on it (forge.observe.gui_marks)."""
+        from forge.observe.gui_marks import draw_actions, folder_images
 
         row = fresh().find(request.path_params["episode_id"], request.path_params["attempt"])
         turns = (index.load(row).get("turns") or []) if row else []

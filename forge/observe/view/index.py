@@ -95,7 +95,7 @@ class RunIndex:
     failures: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        from forge.analyze import episodes_file
+        from forge.observe.analyze import episodes_file
 
         self.episodes_path = episodes_file(self.run_dir)  # FileNotFoundError names the fix
         home = self.episodes_path.parent

@@ -7,8 +7,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from forge.view.html import chart, esc, link, logprob_colour, num, page, q, table
-from forge.view.index import EpisodeRow, RunIndex
+from forge.observe.view.html import chart, esc, link, logprob_colour, num, page, q, table
+from forge.observe.view.index import EpisodeRow, RunIndex
 
 CHARTS = [  # (title, metrics key): what a researcher watches per step
     ("reward", "reward_mean"),
@@ -58,7 +58,7 @@ def run_page(index: RunIndex, name: str) -> str:
 def _advantages(rewards: list[float]) -> list[float]:
     import torch
 
-    from forge.grpo import group_advantages
+    from forge.train.grpo import group_advantages
 
     return group_advantages(torch.tensor([rewards])).tolist()[0]
 

@@ -1,4 +1,5 @@
-"""Training rows (:mod:`forge.batching`) in veRL's batch layout, split over its data-parallel ranks.
+"""Training rows (:mod:`forge.train.batching`) in veRL's batch layout, split over its
+data-parallel ranks.
 
 veRL's actor takes a prompt left-padded to ``P`` and a response right-padded to ``R`` per row:
 ``prompts``, ``responses``, ``input_ids`` (the two side by side), ``attention_mask``,
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from forge.batching import Row
+from forge.train.batching import Row
 
 
 @dataclass

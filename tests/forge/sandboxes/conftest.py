@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from forge import images
 from forge.harnesses.install import PACKAGES
+from forge.images import tags as images
 from forge.sandboxes import dockerd
 from forge.sandboxes.docker import client_for
 from forge.sandboxes.tmproot import private_root

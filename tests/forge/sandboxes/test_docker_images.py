@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from forge import images
 from forge.cli import main
 from forge.config import SandboxConfig
-from forge.harnesses import get_harness
 from forge.harnesses.install import PACKAGES
+from forge.harnesses.registry import get_harness
+from forge.images import tags as images
 from forge.sandboxes.base import SandboxSpec
 from forge.sandboxes.docker import DockerSandbox, client_for
 

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from forge.config import SandboxConfig
-from forge.sandboxes import IsolationUnavailable, LocalSandbox, bwrap, check_isolation
-from forge.sandboxes.bwrap import bwrap_works
+from forge.sandboxes import bwrap
+from forge.sandboxes.bwrap import IsolationUnavailable, bwrap_works
+from forge.sandboxes.local import LocalSandbox
+from forge.sandboxes.registry import check_isolation
 
 REPO = str(Path(__file__).resolve().parents[3])
 

@@ -77,8 +77,8 @@ def test_pod_in_a_container_exec_files_proxy_destroy(cluster) -> None:
 
 
 def test_harness_pod_runs_from_its_image(cluster, docker_images) -> None:
-    from forge.harnesses import get_harness
     from forge.harnesses.react import PROGRAM
+    from forge.harnesses.registry import get_harness
 
     kube, _ = cluster
     settings = KubeSettings(namespace=NS, agent_port=18938, pod_start_timeout_s=60)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from forge.config import PolicyConfig
-from tasks import load_suite
+from tasks.loader import load_suite
 
 from .kube_controller import DockerKubelet, KMock, emulated_cluster
 

@@ -166,7 +166,7 @@ def test_network_policy_always_names_the_proxy_ports() -> None:
     agent listen there): with the default config, and with any config, each egress rule names
     the proxy ports, and each ingress rule the agent port; there is no way to ask for none."""
     from forge.config import KubernetesConfig
-    from forge.config_sandbox import PROXY_PORTS
+    from forge.config.sandbox import PROXY_PORTS
 
     kube = KubernetesConfig()
     assert kube.proxy_ports == PROXY_PORTS

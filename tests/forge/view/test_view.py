@@ -23,10 +23,10 @@ from starlette.testclient import TestClient
 
 from actors.replay_buffer import ReplayBuffer
 from forge.harnesses.gui_actions import find_chromium
+from forge.observe.view.app import build_app
+from forge.observe.view.index import RunIndex
 from forge.trajectory import assemble
 from forge.types import Episode, Turn, image_part
-from forge.view import build_app
-from forge.view.index import RunIndex
 
 ARTIFACTS = Path(os.environ.get("FORGE_TEST_ARTIFACTS", "/tmp/forge-test-artifacts")) / "view"
 STEPS = [

@@ -1,0 +1,3 @@
+"""Sandbox images, built here from Debian packages (no image registry is needed or used): what
+each image holds and is called (:mod:`forge.images.tags`), and the images of tasks that bring
+their own Dockerfile (:mod:`forge.images.task`)."""
