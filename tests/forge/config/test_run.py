@@ -220,7 +220,7 @@ def test_kubernetes_sandbox_settings_and_their_errors() -> None:
 # Run configs only: a file of `agents:` is a --harness-config for forge eval, not a run.
 EXAMPLES = [
     p
-    for p in sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
+    for p in sorted((Path(__file__).resolve().parents[3] / "examples").glob("*.yaml"))
     if not re.search(r"^agents:", p.read_text(), re.MULTILINE)
 ]
 

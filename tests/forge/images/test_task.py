@@ -13,7 +13,7 @@ from forge.config import SandboxConfig
 from forge.images import tags as images
 from forge.images.task import TaskImageError, plan, prepare
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "harbor"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "harbor"
 ALIASES = SandboxConfig().image_aliases
 
 

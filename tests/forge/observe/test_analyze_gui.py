@@ -26,10 +26,10 @@ from forge.harnesses.install import PACKAGES
 from forge.observe.analyze import analyze, table
 from forge.observe.analyze_gui import gui_behaviour, gui_rates, is_gui_episode
 from forge.sandboxes.bwrap import bwrap_works
-from tests.forge.test_analyze import AFTER, BEFORE
+from tests.forge.observe.test_analyze import AFTER, BEFORE
 from tests.forge.test_cli import FORGE
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EMPTY_SPOT = {"action": "click", "x": 980, "y": 980}  # below the shop's Place order button
 WAIT = {"action": "wait", "seconds": 1}
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from forge.observe.export_atif import trajectory, validator
+from tests.forge.observe.view.test_view import _episode, record_run
 from tests.forge.test_cli import FORGE
-from tests.forge.view.test_view import _episode, record_run
 
 
 def test_an_episode_keeps_its_tokens_calls_and_results() -> None:

@@ -17,7 +17,7 @@ from forge.config import load_config
 from forge.train import student
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.timeout(600)]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TASKS = ["read_word-000", "read_word-001", "read_word-002"]
 
 
