@@ -319,7 +319,7 @@ def _image(args: argparse.Namespace) -> int:
     from forge.harnesses.install import PACKAGES
     from forge.images import tags as images
     from forge.sandboxes import dockerd
-    from forge.sandboxes.docker import DockerUnavailable, client_for, resolve_host
+    from forge.sandboxes.docker_api import DockerUnavailable, client_for, resolve_host
 
     if args.action == "dockerfile":
         for name in args.names or ["base"]:

@@ -4,24 +4,23 @@ sections (:mod:`~forge.config.sections`, :mod:`~forge.config.sandbox`,
 ``key=value`` overrides by :func:`load_config`. Everything is importable from here."""
 
 from forge.config.placement import ActorKind, ActorPlacement, PlacementConfig, PodPlacement
-from forge.config.run import (
-    ConfigError,
+from forge.config.run import ConfigError, RunConfig, error_line, load_config
+from forge.config.sandbox import KubernetesConfig, SandboxConfig
+from forge.config.sections import (
+    ATTEMPT_SLACK_S,
     EngineConfig,
     LoggingConfig,
     PolicyConfig,
     ProxyConfig,
     RolloutConfig,
-    RunConfig,
     TrainerConfig,
     WandbConfig,
     WeightSyncConfig,
-    error_line,
-    load_config,
 )
-from forge.config.sandbox import KubernetesConfig, SandboxConfig
 from forge.config.verl import VerlConfig
 
 __all__ = [
+    "ATTEMPT_SLACK_S",
     "ActorKind",
     "ActorPlacement",
     "ConfigError",

@@ -166,7 +166,7 @@ def prepare(tasks: list[dict[str, Any]], sandbox: Any, progress: images.Progress
             f"tasks: {len(own)} task(s) bring their own image ({names}): they run only with "
             f"sandbox.backend=docker (this run has {sandbox.backend})"
         )
-    from forge.sandboxes.docker import client_for
+    from forge.sandboxes.docker_api import client_for
 
     client = client_for(sandbox.docker_host)
     t0 = time.monotonic()

@@ -33,10 +33,17 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-SHELL_TOOLS = {"shell", "bash", "exec", "exec_command", "run", "terminal", "execute", "run_shell"}
-FINISH_TOOLS = {"finish", "submit", "final_answer", "done"}
-WRITE_TOOLS = {"write", "write_file", "edit", "edit_file", "apply_patch", "create_file"}
-READ_TOOLS = {"read", "read_file", "view", "ls", "list_dir", "grep", "glob", "find"}
+from forge.observe.analyze_gui import gui_rates, gui_table, is_gui_episode
+from forge.observe.analyze_services import service_rates, services_table
+from forge.observe.tool_calls import (
+    FINISH_TOOLS,
+    READ_TOOLS,
+    SHELL_TOOLS,
+    WRITE_TOOLS,
+    _offered,
+    _results,
+)
+
 SHELL_WRITE = re.compile(r"(>|\btee\b|\bsed\s+-i|\bmv\b|\bcp\b|\brm\b|\bmkdir\b|\btouch\b)")
 SHELL_CHECK = re.compile(r"\b(cat|head|tail|ls|grep|wc|diff|test|stat|python3?|jq|find)\b|\[ ")
 ERROR = re.compile(
@@ -44,43 +51,6 @@ ERROR = re.compile(
     r"\"is_?error\": ?true)",
     re.IGNORECASE,
 )
-
-
-def _offered(request: dict[str, Any]) -> set[str]:
-    """The tools a request offered, by the names the model calls them (a Codex namespace's
-    tools as ``NS__TOOL``, as the proxy records their calls)."""
-    names = set()
-    for tool in request.get("tools") or []:
-        if tool.get("type") == "namespace" and isinstance(tool.get("tools"), list):
-            names.update(f"{tool.get('name')}__{t.get('name')}" for t in tool["tools"])
-            continue
-        fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
-        if isinstance(fn, dict) and fn.get("name"):
-            names.add(fn["name"])
-    return names
-
-
-def tool_results(request: dict[str, Any]) -> dict[str, Any]:
-    """Tool results in a request's history, by call id, whatever the protocol: a chat ``tool``
-    message's content, a Responses output, or an Anthropic ``tool_result`` block (whole)."""
-    out: dict[str, Any] = {}
-    for item in request.get("messages") or request.get("input") or []:
-        if not isinstance(item, dict):
-            continue
-        if item.get("role") == "tool":  # chat completions
-            out[str(item.get("tool_call_id", ""))] = item.get("content")
-        elif item.get("type") in ("function_call_output", "custom_tool_call_output"):
-            out[str(item.get("call_id", ""))] = item.get("output")
-        elif isinstance(item.get("content"), list):  # anthropic tool_result blocks
-            for block in item["content"]:
-                if isinstance(block, dict) and block.get("type") == "tool_result":
-                    out[str(block.get("tool_use_id", ""))] = block
-    return out
-
-
-def _results(request: dict[str, Any]) -> dict[str, str]:
-    """:func:`tool_results` as JSON text (an Anthropic block keeps its ``is_error``)."""
-    return {k: json.dumps(v) for k, v in tool_results(request).items()}
 
 
 def _command(call: dict[str, Any]) -> str:
@@ -172,9 +142,6 @@ def episodes_file(run_dir: Path) -> Path:
 def analyze(run_dir: Path) -> dict[str, Any]:
     """Behaviour per policy version over ``RUN_DIR``'s recorded episodes: the text rates under
     ``versions``, the GUI rates under ``gui``."""
-    from forge.observe.analyze_gui import gui_rates, is_gui_episode
-    from forge.observe.analyze_services import service_rates
-
     by_version: dict[int, list[dict[str, Any]]] = defaultdict(list)
     gui_by_version: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for line in episodes_file(run_dir).read_text().splitlines():
@@ -192,9 +159,6 @@ def analyze(run_dir: Path) -> dict[str, Any]:
 
 
 def table(report: dict[str, Any]) -> str:
-    from forge.observe.analyze_gui import gui_table
-    from forge.observe.analyze_services import services_table
-
     def fmt(x: float | None) -> str:
         return "-" if x is None else f"{x:.2f}"
 

@@ -41,7 +41,7 @@ from collections import Counter
 from typing import Any
 
 from forge.harnesses.gui_actions import ACTIONS
-from forge.observe.analyze import _results
+from forge.observe.tool_calls import _results
 
 POINTER = ("click", "double_click", "scroll", "drag")
 HARNESS_VERDICT = re.compile(
@@ -80,7 +80,7 @@ def _harness_changed(result: str | None) -> bool | None:
 
 
 def _result(raw: str | None) -> tuple[str | None, bool]:
-    """(text, is an error) of a tool result as :func:`forge.observe.analyze._results` keeps it
+    """(text, is an error) of a tool result as :func:`forge.observe.tool_calls._results` keeps it
     (JSON of the chat content, the Responses output or the Anthropic block); (None, False) if
     absent."""
     if raw is None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from forge.observe.analyze import SHELL_TOOLS
+from forge.observe.tool_calls import SHELL_TOOLS
 from tasks.services import APPS
 
 DEDICATED = ("tool", "mcp")

@@ -18,7 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from forge.observe.analyze import episodes_file, tool_results
+from forge.observe.analyze import episodes_file
+from forge.observe.tool_calls import tool_results
 
 SCHEMA = "ATIF-v1.6"
 EXTRA = (  # what an OpenForge episode adds, in the trajectory's extra

@@ -11,7 +11,8 @@ from typing import Any
 from forge.config import ProxyConfig, SandboxConfig
 from forge.sandboxes.base import ExecResult, Sandbox, SandboxSpec
 from forge.sandboxes.bwrap import IsolationUnavailable, require_bwrap
-from forge.sandboxes.docker import DockerSandbox, DockerUnavailable
+from forge.sandboxes.docker import DockerSandbox
+from forge.sandboxes.docker_api import DockerUnavailable
 from forge.sandboxes.local import UNISOLATED_WARNING, LocalSandbox
 from forge.sandboxes.orphans import reap_orphans
 
@@ -57,7 +58,8 @@ def check_isolation(config: SandboxConfig, proxy: ProxyConfig | None = None) -> 
         check_run(config, proxy.host if proxy is not None else None)
         return
     if config.backend == "docker":
-        from forge.sandboxes.docker import client_for, image_and_binds
+        from forge.sandboxes.docker import image_and_binds
+        from forge.sandboxes.docker_api import client_for
 
         image_and_binds(client_for(config.docker_host), config, None, {})
         return
@@ -78,7 +80,7 @@ def reap_sandboxes(
     containers or kubernetes pods when the backend is one of those."""
     reaped = reap_orphans(config.root, run=run)
     if config.backend == "docker":
-        from forge.sandboxes.docker import client_for, reap_containers
+        from forge.sandboxes.docker_api import client_for, reap_containers
 
         reaped += reap_containers(client_for(config.docker_host), run, orphans_only=orphans_only)
     elif config.backend == "kubernetes":

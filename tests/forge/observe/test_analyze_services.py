@@ -3,8 +3,8 @@ coverage and reads after writes, from the calls the pod recorded."""
 
 from __future__ import annotations
 
-from forge.observe.analyze import _offered
 from forge.observe.analyze_services import service_rates, services_table
+from forge.observe.tool_calls import _offered
 
 
 def _call(service: str, op: str, via: str, turn: int, writes: bool, error: str = "") -> dict:

@@ -20,7 +20,7 @@ import pytest
 from forge.harnesses.install import PACKAGES
 from forge.images import tags as images
 from forge.sandboxes import dockerd
-from forge.sandboxes.docker import client_for
+from forge.sandboxes.docker_api import client_for
 from forge.sandboxes.tmproot import private_root
 from serve.models import cache_dir
 

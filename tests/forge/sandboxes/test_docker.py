@@ -16,8 +16,8 @@ import pytest
 from forge.config import SandboxConfig
 from forge.harnesses.react import PROGRAM, PROGRAM_HOST
 from forge.sandboxes.base import SandboxSpec
-from forge.sandboxes.docker import (
-    DockerSandbox,
+from forge.sandboxes.docker import DockerSandbox
+from forge.sandboxes.docker_api import (
     DockerUnavailable,
     client_for,
     reap_containers,

@@ -11,7 +11,7 @@ import pytest
 
 from actors.harness_pod import HarnessPod
 from forge.config import PolicyConfig
-from forge.sandboxes.docker import client_for
+from forge.sandboxes.docker_api import client_for
 from serve.policy import deploy_policy
 from tasks.loader import load_suite
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from forge.images import tags as images
-from forge.sandboxes.docker import client_for
+from forge.sandboxes.docker_api import client_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.browser, pytest.mark.ray, pytest.mark.slow]
 RUN = "docker-gui"

@@ -18,7 +18,7 @@ from actors.harness_pod import HarnessPod
 from forge.config import PolicyConfig, SandboxConfig
 from forge.harnesses.install import PACKAGES
 from forge.images.task import prepare
-from forge.sandboxes.docker import client_for
+from forge.sandboxes.docker_api import client_for
 from serve.policy import deploy_policy
 from tasks.loader import load_suite
 

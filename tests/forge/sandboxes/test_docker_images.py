@@ -11,7 +11,8 @@ from forge.harnesses.install import PACKAGES
 from forge.harnesses.registry import get_harness
 from forge.images import tags as images
 from forge.sandboxes.base import SandboxSpec
-from forge.sandboxes.docker import DockerSandbox, client_for
+from forge.sandboxes.docker import DockerSandbox
+from forge.sandboxes.docker_api import client_for
 
 pytestmark = pytest.mark.docker
 
