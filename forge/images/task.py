@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from forge.images import builder
 from forge.images import tags as images
 from serve.models import cache_dir
 from tasks.dockerfile import DockerfileError, rewrite_from
@@ -48,7 +49,7 @@ def resolver(client: Any, aliases: dict[str, str], where: str) -> Any:
         for pattern, target in aliases.items():
             if fnmatch.fnmatchcase(image, pattern):
                 return images.base_tag() if target == "base" else target
-        if client is not None and images.has_image(client, image):
+        if client is not None and builder.has_image(client, image):
             return image
         known = ", ".join(f"{p} -> {t}" for p, t in aliases.items()) or "none"
         raise TaskImageError(
@@ -123,13 +124,13 @@ def ensure(
     """The task image of ``env`` in the daemon, built when missing (the base image too, when
     an alias needs it); returns its tag."""
     tag, dockerfile = plan(env, aliases, client)
-    if images.has_image(client, tag):
+    if builder.has_image(client, tag):
         return tag
     with _build_lock(tag):
-        if images.has_image(client, tag):
+        if builder.has_image(client, tag):
             return tag
         if images.base_tag() in dockerfile:
-            images.build_base(client, progress)
+            builder.build_base(client, progress)
         folder = Path(env["context"])
         context: dict[str, str | bytes] = {
             str(p.relative_to(folder)): str(p) for p in _context_files(folder)
@@ -138,7 +139,7 @@ def ensure(
         context.update(images.agent_layer(EXTRA)[1])
         t0 = time.monotonic()
         try:
-            images.build_context(
+            builder.build_context(
                 client, tag, context, progress, None, timeout_s=env.get("build_timeout_s")
             )
         except Exception as e:

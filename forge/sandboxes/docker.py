@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from forge.config import SandboxConfig
+from forge.images import builder
 from forge.images import tags as images
 from forge.sandboxes import bridge
 from forge.sandboxes.agent_client import (
@@ -83,7 +84,7 @@ def image_and_binds(
             tag, baked = images.harness_tag(harness), images._harness_sources(harness)
         except Exception:  # a harness with no image of its own (its files come from options)
             tag, baked = None, {}
-        if tag is not None and images.has_image(client, tag):
+        if tag is not None and builder.has_image(client, tag):
             return tag, {h: t for h, t in ro_mounts.items() if baked.get(h) != t}
     base = images.base_for(harness)  # the gui base (Chromium, Xvfb) for the GUI harnesses
     require_image(client, base, harness or "base")

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from forge.images import tags as images
+from forge.images import builder
 from forge.sandboxes import dockerd
 from forge.sandboxes.bwrap import IsolationUnavailable
 from forge.sandboxes.orphans import pid_start, rmtree
@@ -71,7 +71,7 @@ def require_image(client: Any, tag: str, build: str | None) -> None:
     key = (where, tag)
     if key in _present:
         return
-    if not images.has_image(client, tag):
+    if not builder.has_image(client, tag):
         how = f"build it with `forge image build {build}`" if build else "build or load it there"
         raise DockerUnavailable(f"image {tag} is not in the Docker daemon at {where}: {how}")
     _present.add(key)

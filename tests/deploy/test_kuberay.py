@@ -25,7 +25,7 @@ from ray.autoscaler._private.kuberay.autoscaling_config import (
     _get_custom_resources,
 )
 
-from forge import cli
+from forge import cli, commands
 from forge.config import KubernetesConfig, load_config
 from forge.sandboxes import kube_manifests as km
 
@@ -290,7 +290,7 @@ def test_rayjob_runs_forge_run_with_a_valid_config() -> None:
     assert words[:start] == ["cd", "/home/ray/openforge", "&&"]
     args = cli.parse(words[start + 1 :])
     assert args.command == "run"
-    path, overrides = cli._config_and_overrides(args)
+    path, overrides = commands._config_and_overrides(args)
     assert path is not None
     config = load_config(ROOT / path, overrides)  # raises on an unknown or invalid key
     assert config.sandbox.backend == "kubernetes"
