@@ -82,7 +82,7 @@ def _digest(*parts: bytes | str) -> str:
 @functools.lru_cache(maxsize=1)
 def _agent_tree() -> dict[str, bytes]:
     """The agent's files, read once per process: the tag and the image agree."""
-    from forge.sandboxes.agent_client import agent_tree
+    from forge.sandboxes.agent_boot import agent_tree
 
     return agent_tree()
 
@@ -119,9 +119,9 @@ def _base_dockerfile(rootfs: str, gui: bool = False) -> str:
 
 def user_step() -> str:
     """The Dockerfile step that adds the unprivileged user harnesses run as (``agent``, uid and
-    gid :data:`~forge.sandboxes.agent_client.HARNESS_UID`, home /home/agent) and gives it the
+    gid :data:`~forge.sandboxes.agent_boot.HARNESS_UID`, home /home/agent) and gives it the
     workspace and home; the agent runs as root and drops to it for every harness command."""
-    from forge.sandboxes.agent_client import HARNESS_GID, HARNESS_UID
+    from forge.sandboxes.agent_boot import HARNESS_GID, HARNESS_UID
 
     return (
         f"RUN groupadd -g {HARNESS_GID} agent && useradd -u {HARNESS_UID} -g {HARNESS_GID} "
@@ -231,7 +231,7 @@ def dockerfile(name: str, base: str = "") -> str:
             f"#   tar -C ROOT --numeric-owner -cf rootfs.tar . && "
             f"docker import rootfs.tar {rootfs_tag()}\n"
             f"# 2. the base: context layout/ = empty dirs {', '.join(LAYOUT)}; agent/ = "
-            "forge.sandboxes.agent_client.agent_tree()\n" + _base_dockerfile(rootfs_tag())
+            "forge.sandboxes.agent_boot.agent_tree()\n" + _base_dockerfile(rootfs_tag())
         )
     steps = [f"FROM {base or base_for(name)}"]
     for i, (host, target) in enumerate(sorted(_harness_sources(name).items())):

@@ -12,7 +12,7 @@ are bind-mounted read-only like a harness's files.
 It has no network (``network_mode=none``): its only way out is the attempt's proxy, whose Unix
 socket is bind-mounted at ``/run/forge/proxy.sock`` and relayed by the agent to
 ``127.0.0.1:<proxy_port>`` inside. The harness runs as the images' unprivileged user
-(:data:`~forge.sandboxes.agent_client.HARNESS_UID`), which cannot enter ``/run/forge`` (the
+(:data:`~forge.sandboxes.agent_boot.HARNESS_UID`), which cannot enter ``/run/forge`` (the
 host folder: mode 0700, not its own), so it can neither read the token nor replace the
 agent's socket; the agent (root) refuses to start otherwise (in a task's own image: its
 ``agent_user``, else root, as Harbor runs agents). The image's root is read-only and
@@ -46,16 +46,15 @@ from forge.config import SandboxConfig
 from forge.images import builder
 from forge.images import tags as images
 from forge.sandboxes import bridge
-from forge.sandboxes.agent_client import (
+from forge.sandboxes.agent_boot import (
     DEFAULT_PATH,
     HARNESS_GID,
     HARNESS_UID,
     HOME,
     WORKSPACE,
-    AgentClient,
-    AgentUnavailable,
     agent_command,
 )
+from forge.sandboxes.agent_client import AgentClient, AgentUnavailable
 from forge.sandboxes.agent_sandbox import AgentSandbox
 from forge.sandboxes.base import SandboxSpec
 from forge.sandboxes.docker_api import LABEL, _remove, client_for, require_image

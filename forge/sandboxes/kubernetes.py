@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forge.config import KubernetesConfig, SandboxConfig
+from forge.sandboxes import agent_boot as boot
 from forge.sandboxes import agent_client as ac
 from forge.sandboxes import kube_manifests as km
 from forge.sandboxes import kube_reconcile as kr
@@ -73,7 +74,7 @@ from forge.sandboxes.kube_api import (
 )
 
 log = logging.getLogger(__name__)
-BASE_ENV = {"PATH": ac.DEFAULT_PATH, "HOME": ac.HOME, "LANG": "C.UTF-8", "TZ": "UTC"}
+BASE_ENV = {"PATH": boot.DEFAULT_PATH, "HOME": boot.HOME, "LANG": "C.UTF-8", "TZ": "UTC"}
 NETWORK = ("agent_port", "proxy_ports", "harness_selector", "harness_namespace", "proxy_cidrs")
 START_SLACK_S = 30.0  # API retries around a pod's start, beyond its two start timeouts
 
@@ -162,7 +163,7 @@ class KubernetesSandbox(AgentSandbox):
     """The Sandbox protocol in a Kubernetes pod; see the module docstring. ``settings``,
     ``api`` (an ApiClient), ``policy`` and ``bucket`` override what ``config`` implies."""
 
-    workspace = ac.WORKSPACE
+    workspace = boot.WORKSPACE
 
     def __init__(
         self,
@@ -222,9 +223,9 @@ class KubernetesSandbox(AgentSandbox):
             name=self.name,
             namespace=s.namespace,
             image=self.image,
-            command=ac.agent_command(  # as root, the agent runs the harness unprivileged
+            command=boot.agent_command(  # as root, the agent runs the harness unprivileged
                 listen=f"0.0.0.0:{s.agent_port}",
-                user=(ac.HARNESS_UID, ac.HARNESS_GID) if s.run_as_user is None else None,
+                user=(boot.HARNESS_UID, boot.HARNESS_GID) if s.run_as_user is None else None,
             ),
             labels=labels,
             annotations={NONCE: secrets.token_hex(8)},

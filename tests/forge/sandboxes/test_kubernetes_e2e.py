@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from forge.config import SandboxConfig
-from forge.sandboxes.agent_client import HARNESS_UID
+from forge.sandboxes.agent_boot import HARNESS_UID
 from forge.sandboxes.base import SandboxSpec
 from forge.sandboxes.kube_api import RetryPolicy
 from forge.sandboxes.kube_reconcile import reap_pods

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from forge.sandboxes import kube_manifests as km
-from forge.sandboxes.agent_client import agent_command
+from forge.sandboxes.agent_boot import agent_command
 from forge.sandboxes.kube_api import RetryPolicy, TokenBucket
 
 pytestmark = pytest.mark.k8s
@@ -275,7 +275,7 @@ def test_pod_runs_the_harness_unprivileged_on_a_quota() -> None:
     """The backend's pod: the agent drops harness commands to the images' user, the image's
     root is read-only, and every writable place is a memory-backed emptyDir of disk_mb."""
     from forge.config import SandboxConfig
-    from forge.sandboxes.agent_client import HARNESS_UID
+    from forge.sandboxes.agent_boot import HARNESS_UID
     from forge.sandboxes.base import SandboxSpec
     from forge.sandboxes.kubernetes import KubernetesSandbox
 
