@@ -303,7 +303,7 @@ def _harness(args: argparse.Namespace) -> int:
 def _kube_rbac(args: argparse.Namespace) -> int:
     import yaml
 
-    from forge.sandboxes.kube_manifests import cluster_manifests
+    from forge.sandboxes.kube_cluster import cluster_manifests
 
     docs = cluster_manifests(args.namespace, run_account_namespace=args.run_namespace)
     print(yaml.safe_dump_all(docs, sort_keys=False), end="")

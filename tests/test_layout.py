@@ -64,7 +64,6 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "forge.sandboxes.docker",
             "forge.sandboxes.kubernetes",
             "forge.sandboxes.kube_api",
-            "forge.sandboxes.kube_reconcile",
             "forge.sandboxes.registry",
             "serve.policy",
             "forge.outcome",

@@ -11,7 +11,7 @@ The agent's token (random, per sandbox) travels in the pod spec, as ``FORGE_AGEN
 in a Secret: one API write per sandbox instead of three (create Secret, create pod, delete
 Secret), no Secret permissions for the run, and nothing to leak when a pod dies. Who can read
 pod specs in the namespace can read it, so the namespace is the run's own (its Role is in
-:func:`~forge.sandboxes.kube_manifests.cluster_manifests`), and the NetworkPolicy admits
+:func:`~forge.sandboxes.kube_cluster.cluster_manifests`), and the NetworkPolicy admits
 connections to the agent port only from the HarnessPods anyway. The token is never logged, and
 is scrubbed from every error raised here.
 
@@ -59,19 +59,15 @@ from forge.sandboxes.agent_sandbox import AgentSandbox
 from forge.sandboxes.base import SandboxSpec
 from forge.sandboxes.kube_api import (
     NONCE,
-    KubeError,
     KubeUnavailable,
     PodStartError,
-    RetryPolicy,
-    TokenBucket,
     api_client,
-    bucket_for,
     check,
     create_pod,
     delete_if_ours,
-    delete_pod,
     wait_running,
 )
+from forge.sandboxes.kube_calls import KubeError, RetryPolicy, TokenBucket, bucket_for, delete_pod
 
 log = logging.getLogger(__name__)
 BASE_ENV = {"PATH": boot.DEFAULT_PATH, "HOME": boot.HOME, "LANG": "C.UTF-8", "TZ": "UTC"}

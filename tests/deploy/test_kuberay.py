@@ -27,6 +27,7 @@ from ray.autoscaler._private.kuberay.autoscaling_config import (
 
 from forge import cli, commands
 from forge.config import KubernetesConfig, load_config
+from forge.sandboxes import kube_cluster as kc
 from forge.sandboxes import kube_manifests as km
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -232,7 +233,7 @@ def test_harness_pods_can_make_sandboxes_and_sandboxes_can_reach_them() -> None:
     # The NetworkPolicy the run applies (the run's config, as the RayJob gives it) admits egress
     # from its sandboxes to these pods, and validates.
     kube = KubernetesConfig(namespace=NAMESPACE)
-    policy = km.network_policy(
+    policy = kc.network_policy(
         NAMESPACE,
         "gpu-claw",
         kube.agent_port,

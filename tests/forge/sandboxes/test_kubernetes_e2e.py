@@ -16,7 +16,7 @@ import pytest
 from forge.config import SandboxConfig
 from forge.sandboxes.agent_boot import HARNESS_UID
 from forge.sandboxes.base import SandboxSpec
-from forge.sandboxes.kube_api import RetryPolicy
+from forge.sandboxes.kube_calls import RetryPolicy
 from forge.sandboxes.kube_reconcile import reap_pods
 from forge.sandboxes.kubernetes import KubernetesSandbox, KubeSettings
 from tests.forge.httpstub import StubServer
