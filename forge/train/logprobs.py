@@ -29,7 +29,15 @@ from torch import Tensor
 
 from forge.train.batching import MicroBatch
 from forge.train.grpo import LOG_RATIO_CLAMP
-from serve.vision import VisionInputs, is_vision_model, rope_positions
+from serve.vision import (
+    VisionInputs,
+    check_image_pads,
+    is_vision_model,
+    merge_size,
+    pad_token_id,
+    process_images,
+    rope_positions,
+)
 
 _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 
@@ -127,3 +135,21 @@ class GapStats:
             "logprob_kl": float(self.k3_sum) / n,
             "logprob_kl_k1": float(self.k1_sum) / n,
         }
+
+
+def micro_batch_vision(image_processor: Any, tokenizer: Any, mb: MicroBatch) -> VisionInputs | None:
+    """The micro-batch's pixels, from its rows' images by the model's image processor (as
+    the Policy made them; None for a text model); refuses rows whose image tokens do not match
+    their images' grids (ids and pixels that disagree would train on what the policy never
+    saw)."""
+    if image_processor is None:
+        return None
+    images = [image for row in mb.images for image in row]
+    vision = process_images(image_processor, images) if images else None
+    counts = vision.counts(merge_size(image_processor)) if vision is not None else []
+    pad, start = pad_token_id(tokenizer), 0
+    for i, row in enumerate(mb.images):
+        ids = mb.input_ids[i, : mb.lengths[i]].tolist()
+        check_image_pads(ids, counts[start : start + len(row)], pad)
+        start += len(row)
+    return vision
