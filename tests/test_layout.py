@@ -27,7 +27,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("forge", "actors", "serve", "rewards", "tasks")
 MAX_LINES = 400
 # Modules allowed over MAX_LINES, each with the reason it is not split.
-LONG_MODULES: dict[str, str] = {}
+LONG_MODULES: dict[str, str] = {
+    "actors/scheduler.py": "one actor class (486 lines, 40 of them the invariants it keeps) "
+    "whose dispatch loop and settle path share its queue, in-flight calls and groups; what "
+    "stands apart is already out (actors.attempts: groups, attempts, ledger, outbox; "
+    "actors.pod_pool: the pods); splitting the class would take a mixin over shared state",
+}
 
 # Bottom to top. A module's floor is that of the longest pattern naming it: ``x.*`` is package x
 # and everything in it, ``x`` the module x alone. A module imports only its floor and those below.
