@@ -5,8 +5,7 @@ advertises them at ``ray start --resources``; ``cluster.yaml`` gives the CPU wor
 ``harness_pod: 8``) and node labels (``ray start --labels``, ``labels`` of a node type in
 ``cluster.yaml`` or of a KubeRay group). Each actor kind of a run has one :class:`ActorPlacement`;
 the defaults ask for what a run asked for before this section existed, so on one machine
-nothing moves. Its own module to keep ``forge/config.py`` under ~400 lines; import it from
-there.
+nothing moves. Import it from ``forge.config``.
 """
 
 from __future__ import annotations

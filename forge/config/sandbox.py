@@ -1,5 +1,5 @@
 """The sandbox part of :class:`forge.config.RunConfig`: ``sandbox`` and ``sandbox.kubernetes``
-(its own module to keep each under ~400 lines; import them from ``forge.config``)."""
+(import them from ``forge.config``), and :class:`Strict`, every section's base."""
 
 from __future__ import annotations
 

@@ -23,7 +23,10 @@ WITHOUT_BWRAP = """
 import json, logging
 logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
 from forge.config import SandboxConfig
-from forge.sandboxes import IsolationUnavailable, LocalSandbox, SandboxSpec, check_isolation
+from forge.sandboxes.base import SandboxSpec
+from forge.sandboxes.bwrap import IsolationUnavailable
+from forge.sandboxes.local import LocalSandbox
+from forge.sandboxes.registry import check_isolation
 out = {}
 def attempt(name, fn):
     try:
