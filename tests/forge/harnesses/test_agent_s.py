@@ -99,6 +99,7 @@ def test_role_of_tells_agent_s_calls_apart() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.full  # needs `forge harness install agent-s` (the test command's set-up skips it)
 @needs_bwrap
 @pytest.mark.skipif(bool(missing_tools()), reason=f"GUI tools missing: {missing_tools()}")
 @pytest.mark.skipif(not PACKAGES["agent-s"].installed(), reason="forge harness install agent-s")

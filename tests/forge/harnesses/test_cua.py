@@ -46,6 +46,7 @@ def test_adapter() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.full  # needs `forge harness install cua` (the test command's set-up skips it)
 @needs_bwrap
 @pytest.mark.skipif(bool(missing_tools()), reason=f"GUI tools missing: {missing_tools()}")
 @pytest.mark.skipif(not PACKAGES["cua"].installed(), reason="forge harness install cua")

@@ -5,7 +5,9 @@ One web task (its app served inside the container, Chromium through Playwright) 
 task (Xvfb, openbox, xmessage, xdotool, ImageMagick) score 1.0; no container of the run is left.
 
 The gui root filesystem is made once (apt-get in a chroot, minutes) and cached as a tar; a new
-daemon imports it. Without that tar the test skips rather than spend minutes in CI.
+daemon imports it. These tests are marked ``full`` (the test command's set-up never builds
+that tar): ``forge image build gui && bash scripts/test.sh -m full`` runs them; without the tar
+they skip with that command as the reason.
 """
 
 from __future__ import annotations
@@ -18,7 +20,13 @@ import pytest
 from forge.images import tags as images
 from forge.sandboxes.docker_api import client_for
 
-pytestmark = [pytest.mark.docker, pytest.mark.browser, pytest.mark.ray, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.docker,
+    pytest.mark.browser,
+    pytest.mark.ray,
+    pytest.mark.slow,
+    pytest.mark.full,
+]
 RUN = "docker-gui"
 CASES = [("browser", "web", "shop_blue_mug"), ("desktop", "desktop", "xmessage_deploy_decision")]
 

@@ -23,7 +23,7 @@ pytestmark = [
     pytest.mark.browser,
     pytest.mark.ray,
     pytest.mark.slow,
-    pytest.mark.full,  # ~40 s; the docker GUI tests cover the same images in the default suite
+    pytest.mark.full,  # ~40 s, and needs the gui root filesystem (forge image build gui)
 ]
 NS, RUN = "gui", "kube-gui"
 # one case (suite time): a MiniWoB++ task needs the launcher and MiniWoB's HTML baked in; the
