@@ -24,6 +24,7 @@ from forge.commands import (
     _tasks,
     _view,
 )
+from forge.observe.console import calm
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,6 +36,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("config", nargs="?", help="YAML config file")
     run.add_argument("overrides", nargs="*", help="key=value overrides, e.g. policy.replicas=2")
     run.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
+    run.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=argparse.SUPPRESS,  # else it would hide `forge -v run`
+        help="Ray's, Serve's and libraries' log lines on the console (else: RUN_DIR/forge.log)",
+    )
     run.set_defaults(func=_run, intermixed=True)
 
     srv = sub.add_parser("serve", help="serve a model over HTTP on 127.0.0.1")
@@ -192,10 +200,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    if args.command == "run" and not args.verbose:
+        calm()  # OpenForge's lines on the console, the rest in the run's forge.log
+    else:
+        logging.basicConfig(
+            level=logging.DEBUG if args.verbose else logging.INFO,
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
     return args.func(args)
 
 
