@@ -10,7 +10,7 @@ from typing import Any
 
 import ray.exceptions as rx
 
-from forge import metrics
+from forge.observe import metrics
 from forge.types import Episode
 
 log = logging.getLogger(__name__)

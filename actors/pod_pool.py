@@ -21,7 +21,7 @@ from typing import Any
 import ray
 
 from forge.config import RunConfig
-from forge.sandboxes import reap_sandboxes
+from forge.sandboxes.registry import reap_sandboxes
 
 log = logging.getLogger(__name__)
 START_BACKOFF_S = (1.0, 30.0)  # wait after a failed start: doubles from the first to the second

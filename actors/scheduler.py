@@ -50,8 +50,8 @@ from typing import Any
 from actors.attempts import POD_SUSPECT, Attempt, Group, Ledger, Outbox, outcome
 from actors.harness_pod import HarnessPod
 from actors.pod_pool import Pod, PodPool
-from forge import metrics
 from forge.config import RunConfig
+from forge.observe import metrics
 from forge.types import Episode
 
 log = logging.getLogger(__name__)

@@ -3,22 +3,22 @@
 A plain class; the driver wraps it with ``ray.remote``. One :meth:`Trainer.train_step` takes
 groups (the n ok attempts of one task each), turns rewards into group-relative advantages,
 applies each episode's advantage to every sampled token of all its segments, and minimises the
-clipped surrogate averaged per episode (:mod:`forge.grpo`), accumulating gradients over
-micro-batches (:mod:`forge.batching`) before one optimizer step.
+clipped surrogate averaged per episode (:mod:`forge.train.grpo`), accumulating gradients over
+micro-batches (:mod:`forge.train.batching`) before one optimizer step.
 
 The old logprobs are the engine's sampling logprobs recorded in the segments (token in, token
 out), or with ``rollout_correction: tis`` the trainer's own, computed before the update, with
 each token's loss weighted by the truncated ratio ``min(pi_trainer / pi_engine, tis_cap)``
-(:func:`forge.grpo.truncated_is_weights`). Log-probabilities are those of the tempered
-distribution each segment was sampled from (:mod:`forge.logprobs`). The model stays in eval mode
-(no dropout) so that, before the first update, recomputed logprobs equal the recorded ones up to
-kernel rounding (``logprob_abs_diff_*`` and ``logprob_kl`` report the gap).
+(:func:`forge.train.grpo.truncated_is_weights`). Log-probabilities are those of the tempered
+distribution each segment was sampled from (:mod:`forge.train.logprobs`). The model stays in
+eval mode (no dropout) so that, before the first update, recomputed logprobs equal the recorded
+ones up to kernel rounding (``logprob_abs_diff_*`` and ``logprob_kl`` report the gap).
 
 A vision-language model (``tiny-vl``, a Qwen2-VL checkpoint) trains on the same rows with the
 episodes' screenshots: each micro-batch's images go through the model's image processor again
 (from the exact bytes the Policy saw), each row's image tokens are checked against the images'
 grids (a mismatch is refused, never trained on), and the logprobs are computed with the pixels
-at their tokens (:func:`forge.logprobs.token_logprobs`). Checkpoints then carry the image
+at their tokens (:func:`forge.train.logprobs.token_logprobs`). Checkpoints then carry the image
 processor, so they load back as a Policy engine's model.
 
 A step whose loss or gradient norm is not finite is skipped: no optimizer step, the weights and
@@ -42,74 +42,21 @@ from torch import Tensor
 
 from actors.replay_buffer import unbox
 from actors.trainer_state import restore, snapshot, write_checkpoint
-from forge.batching import MicroBatch, build_rows, micro_batches
 from forge.config import TrainerConfig
-from forge.grpo import group_advantages, kl_penalty, policy_loss, truncated_is_weights
-from forge.logprobs import GapStats, token_logprobs
 from forge.rng import rng_state, set_rng_state
+from forge.train.batching import MicroBatch, build_rows, micro_batches
+from forge.train.groups import SUMMED, grpo_batch, step_metrics
+from forge.train.grpo import kl_penalty, policy_loss, truncated_is_weights
+from forge.train.logprobs import GapStats, micro_batch_vision, token_logprobs
 from forge.types import Episode
 from serve.collective import Broadcaster, metas_of
 from serve.models import flushes_denormals, load_model, load_model_and_processor
 from serve.vision import (
     VisionInputs,
-    check_image_pads,
-    merge_size,
-    pad_token_id,
-    process_images,
     vision_token_ids,
 )
 
-_SUMMED = ("loss", "pg_loss", "kl")  # micro-batch shares that add up to the batch value
 log = logging.getLogger(__name__)
-
-
-def grpo_batch(
-    groups: list[list[Episode]], version: int, cfg: TrainerConfig
-) -> tuple[list[Episode], list[float], dict[str, float]]:
-    """The episodes to train on (groups whose advantages are not all 0), their advantages as
-    ``cfg`` says (``advantage``: group-relative, ``normalize_adv_std``, or the reward itself;
-    negative ones times ``negative_advantage_scale``), and the batch's reward, advantage and
-    staleness metrics (``version``: the weights being updated). Raises ``ValueError`` on a
-    failed episode."""
-    episodes: list[Episode] = []
-    advantages: list[float] = []
-    rewards: list[float] = []
-    skipped = 0
-    for group in groups:
-        bad = [e.episode_id for e in group if e.status != "ok"]
-        if bad:
-            raise ValueError(f"train_step takes ok episodes only; got failed ones: {bad}")
-        r = torch.tensor([[e.reward for e in group]], dtype=torch.float32)
-        rewards.extend(r[0].tolist())
-        if cfg.advantage == "reward":
-            adv = r[0]
-        else:
-            adv = group_advantages(r, normalize_std=cfg.normalize_adv_std)[0]
-        if not bool(adv.any()):
-            skipped += 1
-            continue
-        episodes.extend(group)
-        advantages.extend(torch.where(adv < 0, adv * cfg.negative_advantage_scale, adv).tolist())
-    versions = [t.policy_version for g in groups for e in g for t in e.turns]
-    adv_t = torch.tensor(advantages or [0.0])
-    rew_t = torch.tensor(rewards or [0.0])
-    stats = {
-        "reward_mean": float(rew_t.mean()),
-        "reward_std": float(rew_t.std()) if len(rewards) > 1 else 0.0,
-        "advantage_mean": float(adv_t.mean()),
-        "advantage_std": float(adv_t.std()) if len(advantages) > 1 else 0.0,
-        "advantage_abs_mean": float(adv_t.abs().mean()),
-        "advantage_max": float(adv_t.max()),
-        "advantage_min": float(adv_t.min()),
-        "episodes": float(len(episodes)),
-        "episodes_in": float(sum(len(g) for g in groups)),
-        "groups": float(len(groups)),
-        "skipped_groups": float(skipped),
-        "pass_rate": sum(r >= 1.0 for r in rewards) / max(1, len(rewards)),
-        # how many versions behind the weights being updated the oldest sampled token is
-        "staleness_max": float(version - min(versions)) if versions else 0.0,
-    }
-    return episodes, advantages, stats
 
 
 class Trainer:
@@ -160,7 +107,7 @@ class Trainer:
         ``ppo_kl``, ``ratio_mean/max``, ``entropy`` (of the tempered distributions),
         ``grad_norm`` (before clipping), ``step_time_s``, ``tokens_per_s``, ``version``,
         ``step``, ``updated``; the
-        engine-vs-trainer gap before the update (:class:`forge.logprobs.GapStats`):
+        engine-vs-trainer gap before the update (:class:`forge.train.logprobs.GapStats`):
         ``logprob_abs_diff_max/mean``, ``logprob_kl`` (k3), ``logprob_kl_k1``; with
         ``rollout_correction: tis``, ``tis_weight_mean`` and ``tis_capped_frac``;
         ``nonfinite_skipped`` (1 when this step was skipped for a non-finite loss or gradient
@@ -203,7 +150,7 @@ class Trainer:
                 epoch_loss = epoch_loss + loss.detach()
                 ratio_max = torch.maximum(ratio_max, m.pop("ratio_max"))
                 for k, v in m.items():
-                    w = 1.0 if k in _SUMMED or k == "tokens" else m["tokens"]
+                    w = 1.0 if k in SUMMED or k == "tokens" else m["tokens"]
                     totals[k] = totals.get(k, 0.0) + v * w
                 if epoch == 0 and steps == 0:  # weights not moved yet: the engine's gap
                     gap.add(new, mb.old_logprobs, mb.mask)
@@ -238,7 +185,7 @@ class Trainer:
             self.step += 1
             self.version += 1
         totals["ratio_max"] = ratio_max
-        out = self._metrics(totals, grad_norms, gap, batches, stats)
+        out = step_metrics(totals, grad_norms, gap, batches, stats, self.version, self.step)
         out["updated"] = 1.0 if steps else 0.0
         out["lr"] = float(self.optimizer.param_groups[0]["lr"])
         out["nonfinite_skipped"] = float(skipped)
@@ -312,20 +259,8 @@ class Trainer:
         return total, tokens
 
     def _vision(self, mb: MicroBatch) -> VisionInputs | None:
-        """The micro-batch's pixels, from its rows' images by the model's image processor (as
-        the Policy made them); refuses rows whose image tokens do not match their images'
-        grids (ids and pixels that disagree would train on what the policy never saw)."""
-        if self.image_processor is None:
-            return None
-        images = [image for row in mb.images for image in row]
-        vision = process_images(self.image_processor, images) if images else None
-        counts = vision.counts(merge_size(self.image_processor)) if vision is not None else []
-        pad, start = pad_token_id(self.tokenizer), 0
-        for i, row in enumerate(mb.images):
-            ids = mb.input_ids[i, : mb.lengths[i]].tolist()
-            check_image_pads(ids, counts[start : start + len(row)], pad)
-            start += len(row)
-        return vision
+        """The micro-batch's pixels (:func:`forge.train.logprobs.micro_batch_vision`)."""
+        return micro_batch_vision(self.image_processor, self.tokenizer, mb)
 
     def _micro_step(
         self, mb: MicroBatch, trainer_old: Tensor | None, vision: VisionInputs | None = None
@@ -368,34 +303,6 @@ class Trainer:
         if entropy is not None:
             m["entropy"] = entropy
         return loss, m, new
-
-    def _metrics(
-        self,
-        totals: dict[str, Any],
-        grad_norms: list[Tensor],
-        gap: GapStats,
-        batches: list[MicroBatch],
-        stats: dict[str, float],
-    ) -> dict[str, float]:
-        epochs = max(len(grad_norms), 1)  # epochs run (a non-finite one ends the step)
-        tokens = float(totals.get("tokens", 0.0)) or 1.0
-        out: dict[str, float] = dict(stats)
-        for k, v in totals.items():
-            if k == "ratio_max":
-                out[k] = float(v)
-            elif k != "tokens":
-                out[k] = float(v) / (epochs if k in _SUMMED else tokens)
-        for k in ("loss", "pg_loss", "clip_frac", "approx_kl", "ratio_mean", "entropy"):
-            out.setdefault(k, 0.0)
-        sampled = sum(b.sampled for b in batches)
-        out["tokens_sampled"] = float(sampled)
-        out["tokens_total"] = float(sum(b.tokens for b in batches))
-        out["micro_batches"] = float(len(batches))
-        out["grad_norm"] = float(torch.stack(grad_norms).mean()) if grad_norms else 0.0
-        out.update(gap.metrics())
-        out["version"] = float(self.version)
-        out["step"] = float(self.step)
-        return out
 
     @torch.no_grad()
     def episode_logprobs(self, episodes: list[Episode]) -> list[float]:

@@ -3,7 +3,7 @@ PPO loss, in a process group of :class:`actors.verl_trainer.VerlTrainer`'s ranks
 
 A plain class; VerlTrainer wraps it with ``ray.remote``, one actor per rank, and calls every
 method on all ranks at once (FSDP's collectives need each rank in the same call). Each rank
-trains on its own shard of the batch (:mod:`forge.verl_batch`); gradients are reduced by FSDP.
+trains on its own shard of the batch (:mod:`forge.train.verl.batch`); gradients are reduced by FSDP.
 Weights leave the shards one tensor at a time (each gathered in turn): rank 0 keeps a copy
 (:meth:`gather`) or streams it into the collective broadcast (:meth:`broadcast`), so no rank
 holds the full model at once for a broadcast. Checkpoints: the sharded model and optimizer
@@ -60,7 +60,7 @@ class VerlRank:
         )
         model_dir(self.model_path, 0)  # a built-in name's folder, on this node too
         if not gpu:
-            from forge.verl_platform import use_cpu
+            from forge.train.verl.platform import use_cpu
 
             use_cpu()
             torch.set_num_threads(max(1, int(self.config.verl.cpus_per_rank)))

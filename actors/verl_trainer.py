@@ -5,8 +5,8 @@ A plain class with the torch Trainer's interface (``train_on``/``train_step``, `
 it with ``ray.remote`` like the torch one. It starts ``trainer.verl.ranks``
 :class:`actors.verl_rank.VerlRank` actors (one GPU each when ``trainer.device`` is a GPU, else
 gloo on CPUs), turns each batch of groups into the same rows as the torch backend
-(:func:`actors.trainer.grpo_batch`, :func:`forge.batching.build_rows`), in veRL's layout
-(:mod:`forge.verl_batch`), and has every rank train on its shard in one call.
+(:func:`forge.train.groups.grpo_batch`, :func:`forge.train.batching.build_rows`), in veRL's layout
+(:mod:`forge.train.verl.batch`), and has every rank train on its shard in one call.
 
 The model must be a Hugging Face folder for veRL: a built-in name (``tiny``) is written once to
 the cache (``<cache>/verl-models/<name>-<seed>``, the same weights the Policy starts from).
@@ -29,13 +29,14 @@ import ray
 import torch
 
 from actors.replay_buffer import unbox
-from actors.trainer import grpo_batch, write_checkpoint
+from actors.trainer_state import write_checkpoint
 from actors.verl_rank import VerlRank, model_dir
-from forge.batching import build_rows
 from forge.config import TrainerConfig
-from forge.logprobs import GapStats
+from forge.train.batching import build_rows
+from forge.train.groups import grpo_batch
+from forge.train.logprobs import GapStats
+from forge.train.verl.batch import shard
 from forge.types import Episode
-from forge.verl_batch import shard
 from serve.models import load_model, load_tokenizer
 
 _METRICS = {"actor/pg_clipfrac": "clip_frac", "actor/ppo_kl": "ppo_kl"}

@@ -106,7 +106,7 @@ def collect(
 
 def main(config: RunConfig, teacher: str, tasks: str, k: int, out: Path, **kw: Any) -> int:
     from forge.harnesses.install import HarnessNotInstalled
-    from forge.sandboxes import IsolationUnavailable
+    from forge.sandboxes.bwrap import IsolationUnavailable
 
     try:
         out.mkdir(parents=True, exist_ok=True)

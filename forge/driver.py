@@ -26,20 +26,22 @@ import ray
 import yaml
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from forge import metrics
 from forge.cluster import init_ray
 from forge.config import ConfigError, RunConfig
-from forge.config_placement import unplaceable
+from forge.config.placement import unplaceable
 from forge.episode_images import write_images
-from forge.harnesses import require
 from forge.harnesses.install import HarnessNotInstalled
-from forge.loggers import LoggerMissing, MetricsLog
-from forge.loggers import require as require_loggers
+from forge.harnesses.registry import require
+from forge.images.task import TaskImageError
+from forge.images.task import prepare as prepare_task_images
+from forge.observe import metrics
+from forge.observe.console import attach_run_log, quiet_libraries, run_log_path
+from forge.observe.loggers import LoggerMissing, MetricsLog
+from forge.observe.loggers import require as require_loggers
+from forge.observe.progress import Progress
 from forge.outcome import check_attempt_timeout
-from forge.progress import Progress
-from forge.sandboxes import IsolationUnavailable, check_isolation, reap_sandboxes
-from forge.task_images import TaskImageError
-from forge.task_images import prepare as prepare_task_images
+from forge.sandboxes.bwrap import IsolationUnavailable
+from forge.sandboxes.registry import check_isolation, reap_sandboxes
 from tasks.harbor import refuse_for_training
 from tasks.loader import TaskError, load_suite
 
@@ -87,6 +89,7 @@ class Run:
         self.config = config
         self.dir = config.run_dir
         self.dir.mkdir(parents=True, exist_ok=True)
+        attach_run_log(self.dir)  # a calm console: the libraries' lines go to RUN_DIR/forge.log
         (self.dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(), sort_keys=False))
         require(config.harness, config.harness_options)  # a missing harness stops the run now
         check_isolation(config.sandbox, config.proxy)  # so does an unusable sandbox backend
@@ -104,6 +107,7 @@ class Run:
         r = config.rollout
         placed = {kind: config.actor_options(kind) for kind in KINDS}
         mode = init_ray(num_cpus=max(os.cpu_count() or 1, config.cpus_needed()))
+        quiet_libraries()  # Ray's loggers and the workers' output, to the run's log
         for line in placement_warnings(config, placed, ray.nodes()):
             print(f"[forge] warning: {line}", file=sys.stderr, flush=True)
         reaped = reap_sandboxes(config.sandbox, config.name)
@@ -134,6 +138,7 @@ class Run:
         )
         policy_config = config.policy.model_copy(update={"weight_store": store_name})
         t0 = time.perf_counter()
+        quiet_libraries()  # Serve's loggers, set up when it was imported
         self.policy = deploy_policy(
             policy_config, app_name="forge-policy", placement=config.placement.policy
         )
@@ -343,6 +348,8 @@ def main(config: RunConfig, resume: bool = False) -> int:
         steps.close()
         if final is not None:
             progress.summary(run.step, final)
+        if (log := run_log_path()) is not None:
+            print(f"[forge] logs: {log} (Ray, Serve, the workers; `forge run -v` shows them)")
     return code
 
 

@@ -26,13 +26,15 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from forge.harnesses import AttemptContext, get_harness
 from forge.harnesses.app_tools import app_env, app_extra, app_mounts, cli_hint, services_via
+from forge.harnesses.base import AttemptContext
+from forge.harnesses.registry import get_harness
 from forge.outcome import SANDBOX_SLACK_S, classify_end, harness_cap_s
-from forge.sandboxes import sandbox_for, services
+from forge.sandboxes import services
 from forge.sandboxes.base import ExecResult, SandboxSpec
+from forge.sandboxes.registry import sandbox_for
 from forge.trajectory import assemble
 from forge.types import Episode
 from rewards.runner import run_verifier
@@ -41,14 +43,45 @@ from tasks.webapps.hosted import PAGE_KEY_ENV, Hosted
 
 if TYPE_CHECKING:
     from actors.attempt_state import AttemptState
-    from actors.harness_pod import HarnessPod
+    from forge.config import SandboxConfig
 
-__all__ = ["SANDBOX_SLACK_S", "HarnessClock", "classify_end", "run_attempt"]
+__all__ = ["SANDBOX_SLACK_S", "AttemptHost", "HarnessClock", "classify_end", "run_attempt"]
 
 log = logging.getLogger(__name__)
 LOG_TAIL = 4000  # characters of harness output kept on the episode
 CLOCK_TICK_S = 0.1  # the shortest sleep of a HarnessClock (it is that late at most)
 END_GRACE_S = 10.0  # how long a harness's exec may take to return once its sandbox is destroyed
+
+
+class AttemptHost(Protocol):
+    """What an attempt needs of the pod that runs it, an :class:`actors.harness_pod.HarnessPod`
+    (named by its shape: actors sit above this module): where its proxy listens, its
+    sandboxes' settings and set of live ones, and its attempts' records on the proxy."""
+
+    run: str
+    pod_id: str
+    model: str
+    host: str
+    port: int | None
+    socket_path: str | None
+    sandbox_config: SandboxConfig
+    sandboxes: set[Any]
+
+    def open_attempt(
+        self,
+        episode_id: str,
+        attempt: int,
+        script: dict[str, Any] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        apps: dict[str, Any] | None = None,
+        max_turns: int | None = None,
+        pages: dict[int, Any] | None = None,
+    ) -> dict[str, str]: ...
+
+    def attempt_state(self, episode_id: str, attempt: int) -> AttemptState: ...
+
+    def close_attempt(self, episode_id: str, attempt: int) -> AttemptState: ...
 
 
 class HarnessClock:
@@ -99,7 +132,7 @@ async def run_harness(
 
 
 async def run_attempt(
-    pod: HarnessPod,
+    pod: AttemptHost,
     task: Task | dict[str, Any],
     harness_name: str,
     attempt: int,

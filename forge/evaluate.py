@@ -42,15 +42,16 @@ import ray
 import yaml
 from pydantic import ValidationError
 
-from forge.analyze_services import service_rates, services_table
 from forge.cluster import init_ray
 from forge.config import ConfigError, RunConfig, error_line
 from forge.episode_images import write_images
-from forge.fidelity import wire_fidelity
-from forge.harnesses import HARNESSES, require
 from forge.harnesses.install import HarnessNotInstalled
+from forge.harnesses.registry import HARNESSES, require
+from forge.observe.analyze_services import service_rates, services_table
+from forge.observe.fidelity import wire_fidelity
 from forge.outcome import check_attempt_timeout
-from forge.sandboxes import IsolationUnavailable, check_isolation
+from forge.sandboxes.bwrap import IsolationUnavailable
+from forge.sandboxes.registry import check_isolation
 from forge.types import Episode
 
 PROGRESS_EVERY_S = 15.0
@@ -83,7 +84,7 @@ def score(
         "turns_mean": sum(len(ep.turns) for ep in episodes) / max(1, len(episodes)),
         "tool_calls": dict(tools.most_common()),
         # token fidelity: training segments per episode, why merges broke, and what the harness
-        # did on the wire (forge/fidelity.py)
+        # did on the wire (forge/observe/fidelity.py)
         "segments_mean": sum(len(ep.segments) for ep in episodes) / max(1, len(episodes)),
         "resets": {r: n for r, n in resets.items() if n},
         "wire": wire_fidelity(episodes),
@@ -280,7 +281,7 @@ def summary(name: str, r: dict[str, Any]) -> str:
 def evaluate(config: RunConfig, agents: list[Agent], k: int, out: Path) -> dict[str, Any]:
     from actors.replay_buffer import ReplayBuffer
     from actors.scheduler import Scheduler
-    from forge.task_images import prepare as prepare_task_images
+    from forge.images.task import prepare as prepare_task_images
     from serve.policy import deploy_policy
     from tasks.loader import load_suite
 

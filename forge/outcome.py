@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from forge.config import ATTEMPT_SLACK_S
 from forge.sandboxes import services
 from forge.sandboxes.base import ExecResult
 
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
     from tasks.schema import Task
 
 SANDBOX_SLACK_S = 60.0  # the agent's sandbox outlives the harness's cap by this much (copy-out)
-ATTEMPT_SLACK_S = 30.0  # an attempt's time beyond its harness's and verifiers' commands, at least
 INFRA_FAILURES = (
     "sandbox_error",
     "service_failed",

@@ -1,4 +1,5 @@
-"""Shared pieces of the verifier families: the config base class, spec errors, sandbox reads."""
+"""Shared pieces of the verifier families: the config base class, spec errors, sandbox reads, the
+verifier's own folder."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict, ValidationInfo
 
 from forge.sandboxes.base import Sandbox
+from forge.sandboxes.bwrap import HOME
 from rewards.base import Verdict, Verifier
+
+VERIFIER_DIR = f"{HOME}/.verifier"  # prefix of the verifier's own folder (a random suffix)
 
 
 class SpecError(ValueError):
@@ -138,3 +142,10 @@ def check_flags(cls: type, v: str, info: ValidationInfo) -> str:
     if isinstance(info.data.get("pattern"), str):
         compile_pattern(info.data["pattern"], v)
     return v
+
+
+def verifier_dir(sandbox: Sandbox) -> str:
+    """The verifier's own folder in ``sandbox`` (a sandbox path, for ``put_file`` and
+    ``put_archive``): random per verifier sandbox (:mod:`rewards.runner`); :data:`VERIFIER_DIR`
+    itself elsewhere."""
+    return getattr(sandbox, "verifier_dir", VERIFIER_DIR)

@@ -49,7 +49,7 @@ from pydantic import Field, field_validator
 from forge.sandboxes.base import ExecResult, Sandbox
 from rewards.base import Verdict
 from rewards.command import INTERPRETER_ENV, _tail
-from rewards.common import VerifierModel, clip
+from rewards.common import VerifierModel, clip, verifier_dir
 
 TESTS = "/tests"
 LOGS = "/logs/verifier"
@@ -177,8 +177,6 @@ class HarborTests(VerifierModel):
         return v
 
     def verify(self, sandbox: Sandbox, final_answer: str | None) -> Verdict:
-        from rewards.runner import verifier_dir
-
         vdir = verifier_dir(sandbox)
         staged = f"{vdir}/tests"
         sandbox.put_archive(staged, tests_tar(Path(self.tests)))

@@ -35,18 +35,17 @@ from typing import TYPE_CHECKING, Any
 
 from forge.sandboxes.base import ArchiveTooLarge, ExecResult, Sandbox, SandboxSpec
 from forge.sandboxes.bwrap import HOME
-from rewards import build_verifier
 from rewards.app_state import AppState
 from rewards.base import Verdict
-from rewards.common import AllOf, VerifierModel
+from rewards.common import VERIFIER_DIR, AllOf, VerifierModel, verifier_dir
 from rewards.page_state import PageState
+from rewards.registry import build_verifier
 
 if TYPE_CHECKING:
     from tasks.schema import Task
 
 log = logging.getLogger(__name__)
 
-VERIFIER_DIR = f"{HOME}/.verifier"  # prefix of the verifier's own folder (a random suffix)
 TASK_FILES = "task"  # under VERIFIER_DIR: the task's seeded files, pristine
 MAX_WORKSPACE_BYTES = 64 << 20
 SLACK_S = 30.0  # a verifier sandbox outlives its commands' timeouts by this much
@@ -101,12 +100,6 @@ _unreadable = 0
 def unreadable_outputs() -> int:
     """How many verifications in this process met agent output no verifier could take in."""
     return _unreadable
-
-
-def verifier_dir(sandbox: Sandbox) -> str:
-    """The verifier's own folder in ``sandbox`` (a sandbox path, for ``put_file`` and
-    ``put_archive``): random per verifier sandbox; :data:`VERIFIER_DIR` itself elsewhere."""
-    return getattr(sandbox, "verifier_dir", VERIFIER_DIR)
 
 
 class _VerifierBox:

@@ -14,7 +14,7 @@ admission, RBAC enforcement, NetworkPolicy and pod networking are not exercised.
 Steps: start a private dockerd in a temp root (never the shared ~/.cache/openforge/dockerd,
 which other runs use); load the images the command needs (the base, for verifiers, and one per
 harness) by ``docker save`` from the shared daemon when it has them at the current tags, else
-build them here with forge.images; start kmock and the controller; run the command as a
+build them here with forge.images.tags; start kmock and the controller; run the command as a
 subprocess with ``sandbox.backend=kubernetes sandbox.kubernetes.api_url=<kmock>
 sandbox.kubernetes.namespace=<NS>`` appended (proxy.host keeps its loopback default: the pods
 share the host network; no registry), its output live; then tear down by pid in ``finally``:
@@ -39,7 +39,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from forge import images  # noqa: E402
+from forge.images import builder  # noqa: E402
+from forge.images import tags as images  # noqa: E402
 from forge.sandboxes import dockerd  # noqa: E402
 from forge.sandboxes.tmproot import private_root  # noqa: E402
 
@@ -84,7 +85,7 @@ def load_images(client: Any, names: list[str], dest_host: str) -> None:
     if dockerd.answers(src_sock):
         src = docker.DockerClient(base_url=f"unix://{src_sock}", timeout=120)
         try:
-            have = [t for t in wanted.values() if images.has_image(src, t)]
+            have = [t for t in wanted.values() if builder.has_image(src, t)]
         finally:
             src.close()
     if have and shutil.which("docker"):
@@ -105,13 +106,13 @@ def load_images(client: Any, names: list[str], dest_host: str) -> None:
         else:
             log(f"loaded {', '.join(have)} from {SHARED} in {time.monotonic() - t0:.1f}s")
     for name, tag in wanted.items():
-        if images.has_image(client, tag):
+        if builder.has_image(client, tag):
             continue
         t0 = time.monotonic()
         if name == "base":
-            images.build_base(client, progress=lambda m: log(f"[images] {m}"))
+            builder.build_base(client, progress=lambda m: log(f"[images] {m}"))
         else:
-            images.build_harness(client, name, progress=lambda m: log(f"[images] {m}"))
+            builder.build_harness(client, name, progress=lambda m: log(f"[images] {m}"))
         log(f"built {tag} in {time.monotonic() - t0:.1f}s")
 
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gui_positions import ROOT, free_port, serve
 from web_task_defs import TASKS
 
-from rewards import build_verifier
+from rewards.registry import build_verifier
 from tasks.gui_play import launch_browser, new_page, play, positions, settle
 
 OUT = ROOT / "tasks" / "data" / "web"

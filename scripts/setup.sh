@@ -119,7 +119,7 @@ if [ "${FORGE_SKIP_VLLM:-0}" = 1 ]; then
 else
   bash scripts/setup_vllm.sh || log "WARNING: the vLLM environment did not install; its tests will skip"
 fi
-# tiny-claw, the main job's model (forge/student.py): the tiny model after SFT on the oracle's
+# tiny-claw, the main job's model (forge/train/student.py): the tiny model after SFT on the oracle's
 # claw episodes, made once (~5 minutes on 2 cores) and kept in ~/.cache/openforge; the test
 # suite skips it (its tests make a small one), and `forge run` makes it if it is missing.
 if [ "${FORGE_SKIP_STUDENT:-0}" = 1 ]; then

@@ -39,8 +39,8 @@ from forge.config import ActorPlacement, PolicyConfig
 from forge.types import ChatRequest, Completion
 from serve.batching import MicroBatcher
 from serve.chat_template import ParsedText, parse_completion, render_with
-from serve.engines import EngineOutput, EngineRequest, make_engine
-from serve.engines.base import ImageInputError, admit
+from serve.engines.base import EngineOutput, EngineRequest, ImageInputError, admit
+from serve.engines.registry import make_engine
 from serve.live import safe_content
 from serve.weight_sync import subscribe
 

@@ -1,5 +1,5 @@
 """The little of a Dockerfile that tasks need read: its ``FROM`` images (to resolve them to local
-images, :mod:`forge.task_images`) and the final stage's ``WORKDIR`` (where the agent works).
+images, :mod:`forge.images.task`) and the final stage's ``WORKDIR`` (where the agent works).
 
 Lines are joined across ``\\`` continuations; comments and parser directives are kept as they
 are. ``ARG``s declared before the first ``FROM`` are substituted into ``FROM`` lines with their

@@ -9,7 +9,7 @@ A Harbor task is a folder::
     solution/solve.sh       the reference solution (the oracle)
 
 Each becomes a :class:`tasks.schema.Task` whose ``environment`` is its image (built by the
-docker backend, :mod:`forge.task_images`; the agent works in the Dockerfile's ``WORKDIR``),
+docker backend, :mod:`forge.images.task`; the agent works in the Dockerfile's ``WORKDIR``),
 whose verifier is ``harbor_tests`` (:mod:`rewards.harbor_tests`: the tests reach the
 environment only after the agent has finished) and whose solution is one shell step that
 unpacks ``solution/`` at ``/solution`` and runs ``solve.sh`` from the workdir, as Harbor's

@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from rewards import validate_spec
+from rewards.registry import validate_spec
 from tasks.services import APPS, check_apps
 
 ID_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
@@ -231,7 +231,7 @@ class Gui(BaseModel):
 class Environment(BaseModel):
     """A task that brings its own container image (a Harbor task's ``environment/``): it runs
     only in the docker backend, from an image built from ``dockerfile`` in ``context`` (its
-    ``FROM`` resolved to a local image: :mod:`forge.task_images`), in ``workdir``."""
+    ``FROM`` resolved to a local image: :mod:`forge.images.task`), in ``workdir``."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -274,7 +274,7 @@ class Task(BaseModel):
     )
     verifier: dict[str, Any] | list[dict[str, Any]] = Field(
         description="How the result is checked: a mapping with 'type' plus that verifier's "
-        "fields, or a list of such mappings that must all pass (see rewards.VERIFIERS).",
+        "fields, or a list of such mappings that must all pass (see rewards.registry.VERIFIERS).",
     )
     solution: list[Step] = Field(
         default_factory=list,
@@ -327,7 +327,7 @@ class Task(BaseModel):
     @field_validator("verifier", mode="before")
     @classmethod
     def _verifier_builds(cls, v: Any) -> Any:
-        validate_spec(v)  # raises rewards.SpecError (a ValueError) naming the field
+        validate_spec(v)  # raises rewards.common.SpecError (a ValueError) naming the field
         return v
 
     @property

@@ -17,7 +17,8 @@ from pathlib import Path
 import yaml
 
 from tasks.claw_gen import instance
-from tasks.claw_gen.families import NAMES, NOTE_FILES, WORDS, word_in_file
+from tasks.claw_gen.families import NOTE_FILES, word_in_file
+from tasks.claw_gen.vocab import NAMES, WORDS
 
 CONSONANTS, VOWELS = "bcdfghjklmnprstvwz", "aeiou"
 

@@ -27,9 +27,9 @@ evaluate() {  # evaluate NAME MODEL HARNESSES
     --tasks "$TEST" -k "$K" --harness "$3" --out "$OUT/eval-$1"
 }
 
-# the student: tiny with a compact chat template of its own (forge/student.py; `tiny-claw`,
+# the student: tiny with a compact chat template of its own (forge/train/student.py; `tiny-claw`,
 # the main job's model, is this recipe's SFT stage with SEED=0 and SFT_STEPS=400)
-.venv/bin/python -c "from forge.student import write_base; write_base('$OUT/student', $SEED)"
+.venv/bin/python -c "from forge.train.student import write_base; write_base('$OUT/student', $SEED)"
 "$FORGE" collect "$CONFIG" "policy.engine.model=$OUT/student" --teacher oracle --tasks "$TRAIN" -k 1 --out "$OUT/teacher"
 "$FORGE" sft "$OUT/teacher" --model "$OUT/student" --seed "$SEED" --steps "$SFT_STEPS" \
   --lr 1e-3 --out "$OUT/sft"

@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from forge.analyze import analyze
+from forge.observe.analyze import analyze
 
 STAGES = ("base", "sft", "rl")
 

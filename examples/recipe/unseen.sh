@@ -17,7 +17,7 @@ SEED=${SEED:-0}
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE=disabled
 mkdir -p "$OUT"
 
-.venv/bin/python -c "from forge.student import write_base; write_base('$OUT/student', $SEED)"
+.venv/bin/python -c "from forge.train.student import write_base; write_base('$OUT/student', $SEED)"
 "$FORGE" collect examples/claw.yaml "policy.engine.model=$OUT/student" --teacher oracle \
   --tasks claw-gen/train/read_word -k 1 --out "$OUT/teacher"
 .venv/bin/python - "$OUT" "$SPLIT" <<'PY'

@@ -123,7 +123,7 @@ def play(desk: Desktop, steps: list[Any]) -> list[str]:
 
 
 def main() -> None:
-    from tasks import load_suite
+    from tasks.loader import load_suite
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("suite")

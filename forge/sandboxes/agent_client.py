@@ -1,48 +1,34 @@
-"""The host side of the sandbox agent (:mod:`forge.sandboxes.agent`): a client, and what a
-container backend copies into its containers to run the agent.
+"""The host side of the sandbox agent (:mod:`forge.sandboxes.agent`): its client.
 
-A backend puts :func:`agent_tar` (the files of :func:`agent_tree`) at ``/opt/forge/agent`` in
-the container and starts :func:`agent_command` as its entrypoint, then talks to it with
-:class:`AgentClient` over a Unix socket (``unix:/path/agent.sock``, e.g. bind-mounted out of a
-container without network) or TCP (``http://pod-ip:port``). Transport failures, a wrong token and
-server errors raise :class:`AgentUnavailable` (an infrastructure failure, not the harness's).
-Every reply is bounded: the status line and headers by ``http.client`` (64 KiB a line, 100
-lines), the body by what the request can legitimately bring back (:func:`reply_limit`); a
-longer one raises :class:`AgentReplyTooLarge` before it is read, never a hang or a memory
-blow-up.
+A backend puts the agent in its container and starts it (:mod:`forge.sandboxes.agent_boot`),
+then talks to it with :class:`AgentClient` over a Unix socket (``unix:/path/agent.sock``, e.g.
+bind-mounted out of a container without network) or TCP (``http://pod-ip:port``). Transport
+failures, a wrong token and server errors raise :class:`AgentUnavailable` (an infrastructure
+failure, not the harness's). Every reply is bounded: the status line and headers by
+``http.client`` (64 KiB a line, 100 lines), the body by what the request can legitimately bring
+back (:func:`reply_limit`); a longer one raises :class:`AgentReplyTooLarge` before it is read,
+never a hang or a memory blow-up.
 """
 
 from __future__ import annotations
 
 import http.client
-import io
 import json
 import socket
-import tarfile
 import threading
 import time
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
+from forge.sandboxes.agent_boot import DEFAULT_PATH, HOME
 from forge.sandboxes.base import MAX_FILE_BYTES, ArchiveTooLarge, ExecResult
 from forge.sandboxes.process import DEFAULT_OUTPUT_CAP
 
-AGENT_DIR = "/opt/forge/agent"  # where backends put the agent tree inside the container
-WORKSPACE = "/workspace"
-HOME = "/home/agent"
-HARNESS_UID = HARNESS_GID = 1000  # the images' unprivileged user ("agent"): harnesses run as it
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 EXEC_GRACE_S = 15.0  # beyond an exec's timeout_s: the kill grace and the transfer of its output
 IDLE_RECONNECT_S = 60.0  # a connection idle this long is replaced (the agent drops them at 300 s)
 MAX_BODY = 256 << 20  # the agent's limit on a file or an archive sent to it
 MAX_SMALL_REPLY = 1 << 20  # health, kill, errors, put acknowledgements
 ARCHIVE_ENTRY_OVERHEAD = 12 << 10  # tar header, pax records for a long name and link, padding
-_MODULES = ("base", "process", "archive", "bridge", "agent_user", "agent")
-_BOOT = (
-    "import sys; sys.path.insert(0, {dir!r}); from forge.sandboxes.agent import main; "
-    "sys.exit(main(sys.argv[1:]))"
-)
 
 
 class AgentUnavailable(RuntimeError):
@@ -74,70 +60,6 @@ def reply_limit(method: str, path: str, output_cap: int | None = None) -> int:
         max_bytes = int(got) if got.isdigit() else DEFAULT_MAX_BYTES
         return max_bytes + DEFAULT_MAX_ENTRIES * ARCHIVE_ENTRY_OVERHEAD + MAX_SMALL_REPLY
     return MAX_SMALL_REPLY
-
-
-def agent_tree() -> dict[str, bytes]:
-    """The agent's minimal package tree: relative path -> content (empty ``__init__`` files, as
-    the real ``forge/sandboxes/__init__.py`` needs packages the container lacks)."""
-    here = Path(__file__).resolve().parent
-    tree = {"forge/__init__.py": b"", "forge/sandboxes/__init__.py": b""}
-    for name in _MODULES:
-        tree[f"forge/sandboxes/{name}.py"] = (here / f"{name}.py").read_bytes()
-    return tree
-
-
-def agent_tar(prefix: str = "") -> bytes:
-    """:func:`agent_tree` as an uncompressed tar (names under ``prefix``, files 0644, dirs
-    0755), for ``put_archive`` into the container's ``AGENT_DIR``."""
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        dirs: set[str] = set()
-        for rel, data in agent_tree().items():
-            name = f"{prefix.strip('/')}/{rel}" if prefix.strip("/") else rel
-            parts = name.split("/")
-            for i in range(1, len(parts)):
-                d = "/".join(parts[:i])
-                if d not in dirs:
-                    dirs.add(d)
-                    info = tarfile.TarInfo(d)
-                    info.type, info.mode = tarfile.DIRTYPE, 0o755
-                    tar.addfile(info)
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
-    return out.getvalue()
-
-
-def agent_command(
-    *,
-    unix: str | None = None,
-    listen: str | None = None,
-    token_file: str | None = None,
-    workspace: str = WORKSPACE,
-    home: str = HOME,
-    proxies: dict[str, str] | None = None,
-    python: str = "python3",
-    agent_dir: str = AGENT_DIR,
-    extra: list[str] | None = None,
-    user: tuple[int, int] | None = None,
-) -> list[str]:
-    """The argv that starts the agent from ``agent_dir`` in isolated mode (``-I``: no
-    environment variable, user site or working directory affects it). Exactly one of ``unix``
-    (socket path) and ``listen`` (``HOST:PORT``); without ``token_file`` the agent reads
-    ``FORGE_AGENT_TOKEN``; ``proxies`` maps ``HOST:PORT`` to a Unix socket to relay it to;
-    ``user`` (uid, gid): who execs run as (see the agent's ``--user``)."""
-    if (unix is None) == (listen is None):
-        raise ValueError("give exactly one of unix= and listen=")
-    argv = [python, "-I", "-c", _BOOT.format(dir=agent_dir)]
-    argv += ["--unix", unix] if unix is not None else ["--listen", str(listen)]
-    if token_file is not None:
-        argv += ["--token-file", token_file]
-    argv += ["--workspace", workspace, "--home", home]
-    for addr, sock in (proxies or {}).items():
-        argv += ["--proxy", f"{addr}={sock}"]
-    if user is not None:
-        argv += ["--user", f"{user[0]}:{user[1]}"]
-    return argv + list(extra or [])
 
 
 def _read_bounded(resp: http.client.HTTPResponse, limit: int) -> bytes:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from forge.sandboxes.agent_client import DEFAULT_PATH, AgentClient
+from forge.sandboxes.agent_boot import DEFAULT_PATH
+from forge.sandboxes.agent_client import AgentClient
 from forge.sandboxes.base import ExecResult
 from forge.sandboxes.local import SandboxExpired
 

@@ -12,7 +12,7 @@ are bind-mounted read-only like a harness's files.
 It has no network (``network_mode=none``): its only way out is the attempt's proxy, whose Unix
 socket is bind-mounted at ``/run/forge/proxy.sock`` and relayed by the agent to
 ``127.0.0.1:<proxy_port>`` inside. The harness runs as the images' unprivileged user
-(:data:`~forge.sandboxes.agent_client.HARNESS_UID`), which cannot enter ``/run/forge`` (the
+(:data:`~forge.sandboxes.agent_boot.HARNESS_UID`), which cannot enter ``/run/forge`` (the
 host folder: mode 0700, not its own), so it can neither read the token nor replace the
 agent's socket; the agent (root) refuses to start otherwise (in a task's own image: its
 ``agent_user``, else root, as Harbor runs agents). The image's root is read-only and
@@ -22,44 +22,42 @@ writable root and its workdir on the container's layer, with the files the image
 (Docker copies nothing into a tmpfs): no quota there but the daemon's own. CPU, memory and
 pids limits come from :class:`SandboxConfig`;
 labels name the run, HarnessPod, episode, attempt and a deadline (epoch seconds), so
-:func:`reap_containers` finds leaked ones. The workspace and home live in the container.
+:func:`~forge.sandboxes.docker_api.reap_containers` finds leaked ones. The workspace and home
+live in the container.
 A task that brings its own Dockerfile (a Harbor task) runs from its own image
-(:mod:`forge.task_images`) with the harness's files mounted, in the Dockerfile's workdir, with
+(:mod:`forge.images.task`) with the harness's files mounted, in the Dockerfile's workdir, with
 the environment its Dockerfile set.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import re
 import secrets
 import socket
 import tempfile
-import threading
 import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forge import images
 from forge.config import SandboxConfig
-from forge.sandboxes import bridge, dockerd
-from forge.sandboxes.agent_client import (
+from forge.images import builder
+from forge.images import tags as images
+from forge.sandboxes import bridge
+from forge.sandboxes.agent_boot import (
     DEFAULT_PATH,
     HARNESS_GID,
     HARNESS_UID,
     HOME,
     WORKSPACE,
-    AgentClient,
-    AgentUnavailable,
     agent_command,
 )
+from forge.sandboxes.agent_client import AgentClient, AgentUnavailable
 from forge.sandboxes.agent_sandbox import AgentSandbox
 from forge.sandboxes.base import SandboxSpec
-from forge.sandboxes.bwrap import IsolationUnavailable
+from forge.sandboxes.docker_api import LABEL, _remove, client_for, require_image
 from forge.sandboxes.orphans import dir_name, pid_start, rmtree
 from forge.sandboxes.tmproot import private_root
 
@@ -69,64 +67,7 @@ RUN_DIR = "/run/forge"  # the per-sandbox host folder, inside the container
 AGENT_SOCKET = f"{RUN_DIR}/agent.sock"
 PROXY_SOCKET = f"{RUN_DIR}/proxy.sock"
 TOKEN_FILE = f"{RUN_DIR}/token"
-LABEL = "openforge"  # label keys: openforge.run, .pod, .episode, .attempt, .deadline, ...
 CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID"]
-_clients: dict[str, Any] = {}
-_present: set[tuple[str, str]] = set()  # (daemon, image) seen present
-_lock = threading.Lock()
-
-
-class DockerUnavailable(IsolationUnavailable):
-    """The Docker daemon cannot be reached, or an image the sandbox needs is missing."""
-
-
-def resolve_host(docker_host: str | None = None) -> str | None:
-    """``docker_host``, else DOCKER_HOST, else the running private daemon's socket, else None
-    (the Docker client's default)."""
-    if docker_host:
-        return docker_host
-    if os.environ.get("DOCKER_HOST"):
-        return os.environ["DOCKER_HOST"]
-    private = dockerd.running()
-    return private.host if private is not None else None
-
-
-def client_for(docker_host: str | None = None) -> Any:
-    """A Docker client for the daemon (shared per address); DockerUnavailable when it does
-    not answer."""
-    import docker
-
-    host = resolve_host(docker_host)
-    key = host or "default"
-    with _lock:
-        client = _clients.get(key)
-    if client is not None:
-        return client
-    try:
-        client = docker.DockerClient(base_url=host, timeout=120) if host else docker.from_env()
-        client.ping()
-    except Exception as e:
-        raise DockerUnavailable(
-            f"no Docker daemon answers at {host or 'the default socket'} ({type(e).__name__}: "
-            f"{e}); start one (`forge image daemon start`, or the system's dockerd) or set "
-            "sandbox.docker_host"
-        ) from e
-    client.forge_host = key  # what messages name the daemon by
-    with _lock:
-        return _clients.setdefault(key, client)
-
-
-def require_image(client: Any, tag: str, build: str | None) -> None:
-    """DockerUnavailable naming ``tag`` and how to make it (``forge image build BUILD``, or for
-    a user's own image, to load it) when the daemon lacks it."""
-    where = getattr(client, "forge_host", "default")
-    key = (where, tag)
-    if key in _present:
-        return
-    if not images.has_image(client, tag):
-        how = f"build it with `forge image build {build}`" if build else "build or load it there"
-        raise DockerUnavailable(f"image {tag} is not in the Docker daemon at {where}: {how}")
-    _present.add(key)
 
 
 def image_and_binds(
@@ -142,7 +83,7 @@ def image_and_binds(
             tag, baked = images.harness_tag(harness), images._harness_sources(harness)
         except Exception:  # a harness with no image of its own (its files come from options)
             tag, baked = None, {}
-        if tag is not None and images.has_image(client, tag):
+        if tag is not None and builder.has_image(client, tag):
             return tag, {h: t for h, t in ro_mounts.items() if baked.get(h) != t}
     base = images.base_for(harness)  # the gui base (Chromium, Xvfb) for the GUI harnesses
     require_image(client, base, harness or "base")
@@ -174,18 +115,6 @@ def _cleanup(state: _State) -> None:
         rmtree(state.dir)
 
 
-def _remove(client: Any, container_id: str) -> None:
-    import docker.errors
-
-    try:
-        client.api.remove_container(container_id, force=True, v=True)
-    except docker.errors.NotFound:
-        pass
-    except docker.errors.APIError as e:
-        if "already in progress" not in str(e):
-            raise
-
-
 class DockerSandbox(AgentSandbox):
     """The Sandbox protocol in a Docker container; see the module docstring."""
 
@@ -214,7 +143,7 @@ class DockerSandbox(AgentSandbox):
             if not os.path.exists(host):
                 raise FileNotFoundError(f"read-only mount source does not exist: {host}")
         if spec.environment:  # a task's own image: built when missing, the harness mounted
-            from forge import task_images
+            from forge.images import task as task_images
 
             image = task_images.ensure(client, spec.environment, self.config.image_aliases)
             binds = dict(spec.ro_mounts)
@@ -281,7 +210,7 @@ class DockerSandbox(AgentSandbox):
         client.api.start(container["Id"])
         base_env = {"PATH": DEFAULT_PATH, "HOME": HOME, "TZ": "UTC", "LANG": "C.UTF-8"}
         if spec.environment:  # what the task's Dockerfile set (ENV), and its own variables
-            from forge.task_images import image_env
+            from forge.images.task import image_env
 
             task_env = {**image_env(client, self.image), **spec.environment.get("env", {})}
             base_env.update({k: v for k, v in task_env.items() if k != "HOME"})
@@ -383,41 +312,3 @@ def _bind(source: str, target: str, read_only: bool) -> Any:
     from docker.types import Mount
 
     return Mount(target=target, source=source, type="bind", read_only=read_only)
-
-
-def reap_containers(client: Any, run: str | None = None, orphans_only: bool = False) -> int:
-    """Remove sandbox containers (and their host folders on this host): those of ``run``
-    (every one, or with ``orphans_only`` those whose creating process on this host is dead),
-    and any whose deadline label has passed. Returns how many were removed."""
-    here, now, removed = socket.gethostname(), time.time(), 0
-    for c in client.api.containers(all=True, filters={"label": f"{LABEL}.run"}):
-        labels = c.get("Labels") or {}
-        try:
-            expired = now > float(labels.get(f"{LABEL}.deadline", "inf"))
-        except ValueError:
-            expired = False
-        mine = run is not None and labels.get(f"{LABEL}.run") == run
-        if mine and orphans_only:
-            mine = labels.get(f"{LABEL}.host") == here and not _creator_alive(labels)
-        if not (mine or expired):
-            continue
-        _remove(client, c["Id"])
-        d = labels.get(f"{LABEL}.dir", "")
-        if labels.get(f"{LABEL}.host") == here and re.search(r"/openforge-docker/[^/]+$", d):
-            rmtree(Path(d))
-        removed += 1
-    return removed
-
-
-def _creator_alive(labels: dict[str, str]) -> bool:
-    try:
-        pid_text, start = labels.get(f"{LABEL}.creator", "").split()
-        pid = int(pid_text)
-        os.kill(pid, 0)
-    except (ValueError, ProcessLookupError):
-        return False
-    except PermissionError:
-        return True
-    with contextlib.suppress(Exception):
-        return start == "None" or pid_start(pid) == start
-    return True

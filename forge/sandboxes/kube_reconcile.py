@@ -26,8 +26,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from forge.sandboxes import kube_cluster as kc
 from forge.sandboxes import kube_manifests as km
-from forge.sandboxes.kube_api import (
+from forge.sandboxes.kube_calls import (
     KubeError,
     RetryPolicy,
     call,
@@ -55,13 +56,13 @@ def setup_namespace(
 ) -> dict[str, Any] | None:
     """What a run needs in ``namespace`` before its first sandbox: its NetworkPolicy, the
     sandbox ServiceAccount (created when missing, if the run may: else KubeForbidden saying to
-    apply :func:`~forge.sandboxes.kube_manifests.cluster_manifests`) and, with ``owner``, the
+    apply :func:`~forge.sandboxes.kube_cluster.cluster_manifests`) and, with ``owner``, the
     run's ConfigMap. Idempotent (AlreadyExists is fine). The NetworkPolicy is posted by every
     caller (it is the sandboxes' isolation: one deleted is made again); the rest is skipped when
     the ConfigMap, made last, exists already. Returns the ownerReference for the run's pods,
     or None."""
     core, net = client.CoreV1Api(api), client.NetworkingV1Api(api)
-    netpol = km.network_policy(
+    netpol = kc.network_policy(
         namespace,
         run,
         agent_port,
@@ -71,7 +72,7 @@ def setup_namespace(
         proxy_cidrs=proxy_cidrs,
     )
     call_unless((409,), net.create_namespaced_network_policy, namespace, netpol, policy=policy)
-    cm = km.run_configmap(namespace, run)
+    cm = kc.run_configmap(namespace, run)
     if owner:  # made last: when it exists, so does the rest (2 calls a HarnessPod, not 4)
         made = call_unless((404,), core.read_namespaced_config_map, cm["metadata"]["name"],
                            namespace, policy=policy)  # fmt: skip
@@ -81,7 +82,7 @@ def setup_namespace(
         (404,), core.read_namespaced_service_account, service_account, namespace, policy=policy
     )
     if sa is None:
-        body = km.sandbox_service_account(namespace, service_account)
+        body = kc.sandbox_service_account(namespace, service_account)
         call_unless((409,), core.create_namespaced_service_account, namespace, body, policy=policy)
     if not owner:
         return None
@@ -124,7 +125,7 @@ class Heartbeat:
 
     @property
     def name(self) -> str:
-        return km.lease_name(self.run, self.pod)
+        return kc.lease_name(self.run, self.pod)
 
     @property
     def created(self) -> bool:
@@ -137,7 +138,7 @@ class Heartbeat:
         body = {"spec": {"renewTime": now, "leaseDurationSeconds": int(self.ttl_s)}}
         try:
             if not self._created:  # a new HarnessPod's Lease is not there yet: one call, not 2
-                lease = km.heartbeat_lease(
+                lease = kc.heartbeat_lease(
                     self.namespace, self.run, self.pod, now, int(self.ttl_s), self.owner
                 )
                 made = call_unless((409,), coord.create_namespaced_lease, self.namespace, lease,
@@ -150,7 +151,7 @@ class Heartbeat:
                 policy=self.policy,
             )  # fmt: skip
             if renewed is None:
-                lease = km.heartbeat_lease(
+                lease = kc.heartbeat_lease(
                     self.namespace, self.run, self.pod, now, int(self.ttl_s), self.owner
                 )
                 call_unless((409,), coord.create_namespaced_lease, self.namespace, lease,

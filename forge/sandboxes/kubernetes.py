@@ -11,7 +11,7 @@ The agent's token (random, per sandbox) travels in the pod spec, as ``FORGE_AGEN
 in a Secret: one API write per sandbox instead of three (create Secret, create pod, delete
 Secret), no Secret permissions for the run, and nothing to leak when a pod dies. Who can read
 pod specs in the namespace can read it, so the namespace is the run's own (its Role is in
-:func:`~forge.sandboxes.kube_manifests.cluster_manifests`), and the NetworkPolicy admits
+:func:`~forge.sandboxes.kube_cluster.cluster_manifests`), and the NetworkPolicy admits
 connections to the agent port only from the HarnessPods anyway. The token is never logged, and
 is scrubbed from every error raised here.
 
@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forge.config import KubernetesConfig, SandboxConfig
+from forge.sandboxes import agent_boot as boot
 from forge.sandboxes import agent_client as ac
 from forge.sandboxes import kube_manifests as km
 from forge.sandboxes import kube_reconcile as kr
@@ -58,22 +59,18 @@ from forge.sandboxes.agent_sandbox import AgentSandbox
 from forge.sandboxes.base import SandboxSpec
 from forge.sandboxes.kube_api import (
     NONCE,
-    KubeError,
     KubeUnavailable,
     PodStartError,
-    RetryPolicy,
-    TokenBucket,
     api_client,
-    bucket_for,
     check,
     create_pod,
     delete_if_ours,
-    delete_pod,
     wait_running,
 )
+from forge.sandboxes.kube_calls import KubeError, RetryPolicy, TokenBucket, bucket_for, delete_pod
 
 log = logging.getLogger(__name__)
-BASE_ENV = {"PATH": ac.DEFAULT_PATH, "HOME": ac.HOME, "LANG": "C.UTF-8", "TZ": "UTC"}
+BASE_ENV = {"PATH": boot.DEFAULT_PATH, "HOME": boot.HOME, "LANG": "C.UTF-8", "TZ": "UTC"}
 NETWORK = ("agent_port", "proxy_ports", "harness_selector", "harness_namespace", "proxy_cidrs")
 START_SLACK_S = 30.0  # API retries around a pod's start, beyond its two start timeouts
 
@@ -162,7 +159,7 @@ class KubernetesSandbox(AgentSandbox):
     """The Sandbox protocol in a Kubernetes pod; see the module docstring. ``settings``,
     ``api`` (an ApiClient), ``policy`` and ``bucket`` override what ``config`` implies."""
 
-    workspace = ac.WORKSPACE
+    workspace = boot.WORKSPACE
 
     def __init__(
         self,
@@ -191,7 +188,7 @@ class KubernetesSandbox(AgentSandbox):
         """The harness's image (its files baked in at the paths its ro_mounts name), the base
         for a verifier, or ``config.image``; behind ``sandbox.kubernetes.registry`` when set.
         Host paths cannot be mounted into a pod: a mount the image lacks is an error."""
-        from forge import images
+        from forge.images import tags as images
 
         tag, baked = self.config.image or images.base_tag(), {}
         if self.harness is not None and not self.config.image:
@@ -222,9 +219,9 @@ class KubernetesSandbox(AgentSandbox):
             name=self.name,
             namespace=s.namespace,
             image=self.image,
-            command=ac.agent_command(  # as root, the agent runs the harness unprivileged
+            command=boot.agent_command(  # as root, the agent runs the harness unprivileged
                 listen=f"0.0.0.0:{s.agent_port}",
-                user=(ac.HARNESS_UID, ac.HARNESS_GID) if s.run_as_user is None else None,
+                user=(boot.HARNESS_UID, boot.HARNESS_GID) if s.run_as_user is None else None,
             ),
             labels=labels,
             annotations={NONCE: secrets.token_hex(8)},

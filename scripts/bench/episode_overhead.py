@@ -34,13 +34,14 @@ import ray
 from actors.harness_pod import HarnessPod
 from forge.cluster import init_ray
 from forge.config import PolicyConfig
-from forge.harnesses import get_harness
 from forge.harnesses.base import AttemptContext
-from forge.sandboxes import SandboxSpec, make_sandbox
+from forge.harnesses.registry import get_harness
+from forge.sandboxes.base import SandboxSpec
 from forge.sandboxes.bwrap import HOME, require_bwrap, sandbox_path_var
+from forge.sandboxes.registry import make_sandbox
 from serve.policy import deploy_policy
 from serve.server import BackgroundServer, make_app
-from tasks import load_suite
+from tasks.loader import load_suite
 
 TASK = "hello_file"  # one tool call, then the answer: the harness's own cost dominates
 

@@ -67,10 +67,10 @@ import forge  # noqa: F401  (before ray: a loopback-only local cluster)
 import psutil
 
 from forge.sandboxes import services
-from rewards import build_verifier, verify
 from rewards.page_state import PageState
-from tasks import Task, load_suite
-from tasks.schema import GuiAction
+from rewards.registry import build_verifier, verify
+from tasks.loader import load_suite
+from tasks.schema import GuiAction, Task
 
 TASKS = {"browser": ("web", "booking_tuesday_ten"), "desktop": ("desktop", "xedit_append_item")}
 MIB = 2**20

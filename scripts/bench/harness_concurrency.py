@@ -24,9 +24,9 @@ import ray
 from actors.harness_pod import HarnessPod
 from forge.cluster import init_ray
 from forge.config import PolicyConfig
-from forge.harnesses import get_harness
+from forge.harnesses.registry import get_harness
 from serve.policy import deploy_policy
-from tasks import load_suite
+from tasks.loader import load_suite
 
 TASK = "hello_file"
 

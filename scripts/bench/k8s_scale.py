@@ -148,7 +148,7 @@ def host(idx: int, hps: list[int], per_hp: int, url: str, kw: dict[str, Any],
     sandbox is created (then the all-ready barrier), used for one exec and deleted; the
     figures go to ``sync['out']``."""
     from forge.config import SandboxConfig
-    from forge.sandboxes import kube_api, kubernetes
+    from forge.sandboxes import kube_api, kube_calls, kubernetes
     from forge.sandboxes.base import SandboxSpec
 
     real_hex = secrets.token_hex
@@ -161,7 +161,7 @@ def host(idx: int, hps: list[int], per_hp: int, url: str, kw: dict[str, Any],
     for h in hps:
         kube_api._clients.clear()  # a client of its own, as in a process of its own
         api = kube_api.api_client(cfg.kubernetes)
-        bucket = kube_api.TokenBucket(cfg.kubernetes.qps, cfg.kubernetes.burst)
+        bucket = kube_calls.TokenBucket(cfg.kubernetes.qps, cfg.kubernetes.burst)
         for i in range(per_hp):
             boxes.append(kubernetes.KubernetesSandbox(cfg, None, api=api, bucket=bucket))
             labels.append({"run": "scale", "episode": f"e{h}-{i}", "attempt": "0",
@@ -232,7 +232,7 @@ def run_once(pods: int, latency_ms: float, qps_limit: float, n_agents: int, clie
     pass and one Reconciler sweep by the driver (this process) at full size, then one exec
     each and deleted."""
     from forge.config import KubernetesConfig, SandboxConfig
-    from forge.sandboxes import kube_api, kubernetes  # imported before the forks
+    from forge.sandboxes import kube_api, kube_calls, kubernetes  # imported before the forks
     from forge.sandboxes import kube_reconcile as kr
 
     for api_class in ("CoreV1Api", "NetworkingV1Api", "CoordinationV1Api"):  # lazy imports,
@@ -276,7 +276,7 @@ def run_once(pods: int, latency_ms: float, qps_limit: float, n_agents: int, clie
             res.sweep = (calls_of(emu) - mid, time.perf_counter() - ts)
             from kubernetes import client
 
-            raw = kube_api.call(client.CoreV1Api(api).list_namespaced_pod, NS)  # with retries
+            raw = kube_calls.call(client.CoreV1Api(api).list_namespaced_pod, NS)  # with retries
             res.list_bytes = len(json.dumps(raw))
             sync["release"].set()
             outs = [sync["out"].get(timeout=WAIT_S) for _ in procs]

@@ -36,8 +36,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from forge.config import SandboxConfig
-from forge.sandboxes import dockerd, sandbox_for
+from forge.sandboxes import dockerd
 from forge.sandboxes.base import Sandbox, SandboxSpec
+from forge.sandboxes.registry import sandbox_for
 from forge.sandboxes.tmproot import private_root
 from tests.forge.httpstub import StubServer
 
@@ -148,7 +149,7 @@ def private_daemon() -> Iterator[dockerd.Daemon]:
     """A dockerd of our own, stopped by its pid on the way out; the base image built in it."""
     import docker
 
-    from forge import images
+    from forge.images import builder
 
     private_root(PARENT)  # a private folder of ours, never one another user made
     dockerd.sweep_stale(PARENT)
@@ -157,7 +158,7 @@ def private_daemon() -> Iterator[dockerd.Daemon]:
     try:
         client = docker.DockerClient(base_url=daemon.host, timeout=300)
         t0 = time.monotonic()
-        images.build_base(client, progress=lambda m: print(f"  [images] {m}", flush=True))
+        builder.build_base(client, progress=lambda m: print(f"  [images] {m}", flush=True))
         print(f"  [images] base ready in {time.monotonic() - t0:.1f}s", flush=True)
         client.close()
         yield daemon

@@ -30,7 +30,7 @@ import torch
 
 from actors.trainer import Trainer
 from forge.config import TrainerConfig
-from forge.grpo import group_advantages
+from forge.train.grpo import group_advantages
 from forge.types import Episode, Segment
 from serve.models import load_model
 

@@ -21,6 +21,7 @@ import torch
 
 from serve.engines.base import ContextLengthError, EngineOutput, EngineRequest
 from serve.engines.constrained import Constraint
+from serve.engines.sampling import _generator, _sample
 from serve.models import flushes_denormals, load_model_and_processor
 
 
@@ -163,26 +164,3 @@ class TorchEngine:
     def _hit_stop(self, ids: list[int], stops: list[str]) -> bool:
         tail = self.tokenizer.decode(ids[-32:], skip_special_tokens=True)
         return any(s and s in tail for s in stops)
-
-
-def _generator(seed: int | None) -> torch.Generator | None:
-    if seed is None:
-        return None
-    g = torch.Generator()
-    g.manual_seed(seed % 2**64)  # any integer seed, never an overflow that fails the batch
-    return g
-
-
-def _sample(logits: torch.Tensor, temperature: float, top_p: float, gen: Any) -> int:
-    if temperature <= 0:
-        return int(torch.argmax(logits))
-    probs = torch.softmax(logits.cpu() / temperature, dim=-1)
-    if not bool(torch.isfinite(probs).all()):  # a temperature so small it overflows: greedy
-        return int(torch.argmax(logits))
-    if top_p < 1.0:
-        sorted_p, order = torch.sort(probs, descending=True)
-        keep = sorted_p.cumsum(-1) - sorted_p < top_p
-        keep[0] = True
-        probs = torch.zeros_like(probs).scatter_(0, order[keep], sorted_p[keep])
-        probs = probs / probs.sum()
-    return int(torch.multinomial(probs, 1, generator=gen))

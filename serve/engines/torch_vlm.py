@@ -23,6 +23,7 @@ import torch
 
 from serve.engines.base import EngineOutput, EngineRequest
 from serve.engines.constrained import Constraint
+from serve.engines.sampling import _generator, _sample
 from serve.vision import process_images, rope_positions
 
 
@@ -36,8 +37,6 @@ def generate_one(
     device: torch.device,
     grammar: Constraint | None = None,
 ) -> EngineOutput:
-    from serve.engines.torch_engine import _generator, _sample
-
     vision = request.vision
     if vision is None and request.images:
         vision = process_images(processor, request.images)

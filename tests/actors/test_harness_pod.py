@@ -17,7 +17,7 @@ from forge.config import PolicyConfig
 from serve.chat_template import parse_tool_calls
 from serve.models import build_byte_tokenizer
 from serve.policy import deploy_policy
-from tasks import load_suite
+from tasks.loader import load_suite
 
 pytestmark = pytest.mark.ray
 TOOL = {

@@ -18,9 +18,9 @@ from ray import serve
 from actors.harness_pod import HarnessPod
 from actors.replay_buffer import ReplayBuffer
 from actors.trainer import Trainer
-from forge.batching import build_rows, micro_batches
 from forge.config import PolicyConfig
 from forge.episode_images import image_file, load_images
+from forge.train.batching import build_rows, micro_batches
 from forge.trajectory import assemble
 from forge.types import Episode, Turn
 from serve.models import load_model_and_processor
@@ -166,7 +166,7 @@ def test_trainer_recomputes_the_engine_logprobs_with_pixels(attempt: Episode) ->
     trainer = Trainer({"lr": 1e-4}, model="tiny-vl")
     rows = build_rows([attempt], [1.0], images=True)
     (mb,) = micro_batches(rows, 4096, trainer.tokenizer.pad_token_id)
-    from forge.logprobs import token_logprobs
+    from forge.train.logprobs import token_logprobs
 
     with torch.no_grad():
         mine, _ = token_logprobs(trainer.model, mb, False, trainer._vision(mb), trainer.banned)

@@ -16,7 +16,7 @@ import pytest
 from actors.harness_pod import HarnessPod
 from actors.listen import NoFreePort, listen_tcp
 from forge.config import KubernetesConfig, SandboxConfig
-from forge.config_sandbox import PROXY_PORTS
+from forge.config.sandbox import PROXY_PORTS
 
 HOST = "127.0.0.1"
 

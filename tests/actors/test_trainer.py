@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from actors.replay_buffer import unbox
-from actors.trainer import Trainer, grpo_batch
+from actors.trainer import Trainer
 from forge.config import TrainerConfig
+from forge.train.groups import grpo_batch
 from forge.trajectory import assemble
 from forge.types import Episode, SamplingParams, Segment, Turn
 from serve.engines.base import EngineRequest

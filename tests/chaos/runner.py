@@ -120,7 +120,7 @@ def drive(
     (a step's samples may all be collected ahead, in the step before: then nothing is running
     for the fault to hit). Returns the scheduler's final counts."""
     from forge.driver import finish
-    from forge.progress import Progress
+    from forge.observe.progress import Progress
 
     progress = Progress(run.config, start_step=run.step)
     code = 1

@@ -78,7 +78,7 @@ def test_docker_pod_killed_mid_episode_leaves_no_container(
     docker_daemon: Any,  # noqa: F811
     docker_images: dict[str, str],  # noqa: F811
 ) -> None:
-    from forge.sandboxes.docker import client_for
+    from forge.sandboxes.docker_api import client_for
 
     name = "docker-pod-killed"
     client = client_for(docker_daemon.host)
@@ -138,7 +138,7 @@ def test_docker_driver_sigkilled_then_resume_reaps_containers(
     docker_daemon: Any,  # noqa: F811
     docker_images: dict[str, str],  # noqa: F811
 ) -> None:
-    from forge.sandboxes.docker import client_for
+    from forge.sandboxes.docker_api import client_for
 
     name = "docker-driver-killed"
     run_dir = tmp_path / name

@@ -1,6 +1,7 @@
-"""deploy/grafana/openforge.json: every metric it queries is one forge/metrics.py defines, under
-the name Ray exports it with (``ray_`` + name; a histogram's ``_bucket``/``_sum``/``_count``),
-and every forge metric has a panel, so the dashboard cannot drift from the code."""
+"""deploy/grafana/openforge.json: every metric it queries is one forge/observe/metrics.py
+defines, under the name Ray exports it with (``ray_`` + name; a histogram's
+``_bucket``/``_sum``/``_count``), and every forge metric has a panel, so the dashboard cannot
+drift from the code."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ SERIES = re.compile(r"\bray_[a-zA-Z_:][a-zA-Z0-9_:]*")
 
 
 def defined_metrics() -> dict[str, str]:
-    """Name -> kind of every metric forge/metrics.py creates (read from its source, so no Ray)."""
-    tree = ast.parse((ROOT / "forge" / "metrics.py").read_text())
+    """Name -> kind of every metric forge/observe/metrics.py creates (read from its source, so
+    no Ray)."""
+    tree = ast.parse((ROOT / "forge" / "observe" / "metrics.py").read_text())
     out: dict[str, str] = {}
     for node in ast.walk(tree):
         if (

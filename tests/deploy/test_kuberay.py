@@ -25,8 +25,9 @@ from ray.autoscaler._private.kuberay.autoscaling_config import (
     _get_custom_resources,
 )
 
-from forge import cli
+from forge import cli, commands
 from forge.config import KubernetesConfig, load_config
+from forge.sandboxes import kube_cluster as kc
 from forge.sandboxes import kube_manifests as km
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -232,7 +233,7 @@ def test_harness_pods_can_make_sandboxes_and_sandboxes_can_reach_them() -> None:
     # The NetworkPolicy the run applies (the run's config, as the RayJob gives it) admits egress
     # from its sandboxes to these pods, and validates.
     kube = KubernetesConfig(namespace=NAMESPACE)
-    policy = km.network_policy(
+    policy = kc.network_policy(
         NAMESPACE,
         "gpu-claw",
         kube.agent_port,
@@ -290,7 +291,7 @@ def test_rayjob_runs_forge_run_with_a_valid_config() -> None:
     assert words[:start] == ["cd", "/home/ray/openforge", "&&"]
     args = cli.parse(words[start + 1 :])
     assert args.command == "run"
-    path, overrides = cli._config_and_overrides(args)
+    path, overrides = commands._config_and_overrides(args)
     assert path is not None
     config = load_config(ROOT / path, overrides)  # raises on an unknown or invalid key
     assert config.sandbox.backend == "kubernetes"

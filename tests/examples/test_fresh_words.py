@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from tasks.claw_gen.families import NAMES, WORDS
+from tasks.claw_gen.vocab import NAMES, WORDS
 from tasks.loader import load_suite
 
 ROOT = Path(__file__).resolve().parents[2]

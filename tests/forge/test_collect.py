@@ -61,7 +61,7 @@ def test_teacher_names_and_what_is_kept() -> None:
 
 
 def test_the_sft_schedule_warms_up_then_decays() -> None:
-    from forge.sft import lr_at
+    from forge.train.sft import lr_at
 
     lrs = [lr_at(step, 100, 1e-3) for step in range(1, 101)]
     assert lrs[:5] == pytest.approx([2e-4, 4e-4, 6e-4, 8e-4, 1e-3])  # 5% warm-up
@@ -70,7 +70,7 @@ def test_the_sft_schedule_warms_up_then_decays() -> None:
 
 
 def test_oracle_episodes_then_sft(ray_cluster: Any, tmp_path: Path) -> None:
-    from forge.sft import load_set, student_turns, train
+    from forge.train.sft import load_set, student_turns, train
     from serve.models import build_byte_tokenizer, load_model
 
     out = tmp_path / "teacher"
@@ -137,7 +137,7 @@ def test_a_teacher_at_a_url(ray_cluster: Any, tmp_path: Path) -> None:
     from forge.config import EngineConfig, PolicyConfig
     from serve.policy import deploy_policy
     from serve.server import BackgroundServer, make_app
-    from tasks import load_suite
+    from tasks.loader import load_suite
 
     task = next(t for t in load_suite("claw-gen/test/read_word") if t.id == TASKS[0])
     handle = deploy_policy(

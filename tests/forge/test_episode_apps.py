@@ -14,7 +14,7 @@ from actors.harness_pod import HarnessPod
 from forge.config import PolicyConfig
 from forge.sandboxes.bwrap import bwrap_works
 from serve.policy import deploy_policy
-from tasks import load_suite
+from tasks.loader import load_suite
 
 pytestmark = [
     pytest.mark.ray,

@@ -17,7 +17,7 @@ from forge.config import load_config
 from forge.sandboxes.bwrap import bwrap_works
 from forge.types import Episode
 from serve.policy import LocalHandle, Policy
-from tasks import load_suite
+from tasks.loader import load_suite
 from tasks.schema import Task
 
 pytestmark = [

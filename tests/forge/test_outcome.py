@@ -18,7 +18,7 @@ from forge.outcome import (
     check_attempt_timeout,
     harness_cap_s,
 )
-from tasks import load_suite
+from tasks.loader import load_suite
 
 ROOT = Path(__file__).resolve().parents[2]
 

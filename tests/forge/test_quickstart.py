@@ -40,6 +40,12 @@ def test_quickstart_learns_and_its_checkpoint_serves(tmp_path: Path) -> None:
     took = time.monotonic() - t0
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     run_dir = tmp_path / "quickstart"
+    # A calm terminal: only OpenForge's own lines; Ray's, Serve's and the workers' in forge.log.
+    assert all(line.startswith("[forge] ") for line in r.stdout.splitlines() if line), r.stdout
+    assert r.stderr.strip() == "", r.stderr[-3000:]
+    log = (run_dir / "forge.log").read_text()
+    assert "Started a local Ray instance" in log and "ray.serve" in log and "ray.workers" in log
+    assert f"[forge] logs: {run_dir / 'forge.log'}" in r.stdout
     steps = _read_jsonl(run_dir / "metrics.jsonl")
     assert [s["step"] for s in steps] == list(range(1, 11))
     for s in steps:

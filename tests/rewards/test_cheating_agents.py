@@ -25,10 +25,11 @@ from forge.sandboxes.base import SandboxSpec
 from forge.sandboxes.bwrap import bwrap_works
 from forge.sandboxes.local import LocalSandbox
 from forge.types import Episode
-from rewards import build_verifier
 from rewards.command import Command
+from rewards.registry import build_verifier
 from rewards.runner import _flatten, run_verifier
-from tasks import Task, WriteFile, load_suite
+from tasks.loader import load_suite
+from tasks.schema import Task, WriteFile
 
 pytestmark = pytest.mark.skipif(not bwrap_works(), reason="bubblewrap unavailable")
 

@@ -25,9 +25,10 @@ from actors.harness_pod import HarnessPod
 from forge.harnesses.install import PACKAGES
 from forge.sandboxes.bwrap import bwrap_works
 from forge.types import Episode
-from rewards import build_verifier
+from rewards.registry import build_verifier
 from serve.policy import LocalHandle, Policy
-from tasks import Task, load_suite
+from tasks.loader import load_suite
+from tasks.schema import Task
 from tasks.webapps.hosted import miniwob_html
 from tests.rewards.test_cheating_agents import CHEATER
 

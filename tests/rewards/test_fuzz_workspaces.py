@@ -24,7 +24,7 @@ from forge.sandboxes.bwrap import bwrap_works
 from forge.sandboxes.local import LocalSandbox
 from forge.sandboxes.orphans import rmtree
 from rewards.runner import run_verifier
-from tasks import Task
+from tasks.schema import Task
 
 pytestmark = pytest.mark.skipif(not bwrap_works(), reason="bubblewrap unavailable")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from forge.sandboxes.base import ExecResult
-from rewards import build_verifier
 from rewards.common import SpecError
 from rewards.harbor_tests import abnormal_end, parse_reward
+from rewards.registry import build_verifier
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rewards import build_verifier
+from rewards.registry import build_verifier
 
 
 def test_json_nested_past_the_parser_is_a_wrong_answer(sandbox) -> None:

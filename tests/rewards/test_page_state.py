@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from rewards import SpecError, build_verifier
 from rewards.base import Verdict
+from rewards.common import SpecError
 from rewards.json_check import lookup
 from rewards.page_state import PAGE
+from rewards.registry import build_verifier
 
 STATE = {
     "orders": [{"number": 1, "items": [{"name": "Blue mug", "qty": 2}], "total": 9.0}],

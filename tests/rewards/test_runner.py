@@ -13,7 +13,7 @@ from forge.sandboxes.base import SandboxSpec
 from forge.sandboxes.bwrap import bwrap_works
 from forge.sandboxes.local import LocalSandbox
 from rewards.runner import run_verifier
-from tasks import Task
+from tasks.schema import Task
 
 pytestmark = pytest.mark.skipif(not bwrap_works(), reason="bubblewrap unavailable")
 

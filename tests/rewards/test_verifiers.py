@@ -2,9 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from rewards import VERIFIERS, AllOf, SpecError, build_verifier, verify
 from rewards.answer import normalize_answer
+from rewards.common import AllOf, SpecError
 from rewards.json_check import json_equal, lookup
+from rewards.registry import VERIFIERS, build_verifier, verify
 
 
 def test_registry_names_every_family() -> None:

@@ -49,7 +49,7 @@ def test_throttling_uses_up_no_attempt_until_its_budget() -> None:
     delay the call; beyond ``max_throttled_s`` of waiting it gives up, naming the time."""
     from kubernetes import client
 
-    from forge.sandboxes.kube_api import KubeError, RetryPolicy, call
+    from forge.sandboxes.kube_calls import KubeError, RetryPolicy, call
     from tests.forge.sandboxes.kube_controller import KMock
 
     kube = KMock()

@@ -15,8 +15,8 @@ import torch
 from PIL import Image
 
 from actors.trainer import Trainer
-from forge.batching import build_rows, micro_batches
-from forge.logprobs import token_logprobs
+from forge.train.batching import build_rows, micro_batches
+from forge.train.logprobs import token_logprobs
 from forge.types import (
     ChatRequest,
     Episode,

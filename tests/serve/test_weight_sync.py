@@ -12,7 +12,7 @@ import torch
 from actors.trainer import Trainer
 from forge.config import PolicyConfig
 from forge.types import ChatRequest, Message, SamplingParams
-from serve.engines import EngineRequest
+from serve.engines.base import EngineRequest
 from serve.engines.torch_engine import TorchEngine
 from serve.policy import Policy, deploy_policy
 from serve.weight_sync import CollectiveWeightSync, ObjectStoreWeightSync, WeightStore

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from forge.sandboxes import services
-from tasks import Task
 from tasks.gui_play import CHROMIUM, launch_browser, new_page
+from tasks.schema import Task
 
 
 def free_port() -> int:
@@ -126,7 +126,7 @@ def chromium_page(screen: tuple[int, int]) -> Iterator[Any]:
 def page_verdict(spec: Any, workspace: Path) -> Any:
     """``page_state`` on the state file a state server run on its own (``--state``) wrote in
     ``workspace``, as the verifier takes the state the HarnessPod kept in an episode."""
-    from rewards import build_verifier
+    from rewards.registry import build_verifier
 
     path = workspace / ".app" / "state.json"
     verifier = build_verifier(spec)

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from forge.sandboxes.base import SandboxSpec
-from rewards import verify
-from tasks import TaskError, claw_gen, load_suite
+from rewards.registry import verify
+from tasks import claw_gen
+from tasks.errors import TaskError
+from tasks.loader import load_suite
 from tests.rewards.sandbox_double import DirSandbox
 from tests.tasks.test_suite_solutions import run_solution, seed
 

@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from rewards import build_verifier
 from rewards.app_state import AppState
 from rewards.common import AllOf
+from rewards.registry import build_verifier
 from serve.engines.scripted import NOOP_ANSWER
-from tasks import load_suite
+from tasks.loader import load_suite
 from tasks.schema import ServiceCall, Task
 from tasks.services import World
 

@@ -12,10 +12,10 @@ import pytest
 
 from forge.harnesses.desktop_actions import DESKTOP_ACTIONS
 from forge.harnesses.desktop_display import missing_tools, play, task_desktop, x_display
-from rewards import verify
 from rewards.base import Verdict
-from tasks import Task, load_suite
-from tasks.schema import GuiAction
+from rewards.registry import verify
+from tasks.loader import load_suite
+from tasks.schema import GuiAction, Task
 from tests.rewards.sandbox_double import DirSandbox
 
 DESKTOP = load_suite("desktop")

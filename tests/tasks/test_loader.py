@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from tasks import Task, TaskError, WriteFile, list_suites, load_suite, load_task_file
+from tasks.errors import TaskError
+from tasks.loader import list_suites, load_suite, load_task_file
+from tasks.schema import Task, WriteFile
 
 GOOD = """
 id: {id}

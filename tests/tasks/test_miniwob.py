@@ -24,10 +24,10 @@ import yaml
 
 from forge.harnesses.gui_actions import CHROMIUM_POLICY, chromium_policy
 from forge.sandboxes import services
-from tasks import Task, miniwob
+from tasks import miniwob
 from tasks.gui_play import play, settle
 from tasks.loader import load_suite
-from tasks.schema import GuiAction
+from tasks.schema import GuiAction, Task
 from tasks.webapps.hosted import Hosted
 from tasks.webapps.miniwob_server import EPISODE_MS
 from tests.tasks.launched import Ahead, Launched, chromium_page, page_verdict

@@ -1,7 +1,7 @@
 """Every task of every shipped suite is solvable by its reference solution, and its verifier
 can fail.
 
-Suites are discovered with :func:`tasks.list_suites`, so a suite added under ``tasks/data``
+Suites are discovered with :func:`tasks.loader.list_suites`, so a suite added under ``tasks/data``
 is covered without touching this file.
 """
 
@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from rewards import build_verifier, verify
 from rewards.page_state import PageState
-from tasks import Task, WriteFile, list_suites, load_suite
-from tasks.schema import GuiAction
+from rewards.registry import build_verifier, verify
+from tasks.loader import list_suites, load_suite
+from tasks.schema import GuiAction, Task, WriteFile
 from tasks.webapps.hosted import Hosted
 
 EVERY: list[tuple[str, Task]] = [(s, t) for s in list_suites() for t in load_suite(s)]

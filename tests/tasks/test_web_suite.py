@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from forge.sandboxes import services
-from tasks import Task, load_suite
 from tasks.gui_play import play, settle
-from tasks.schema import GuiAction
+from tasks.loader import load_suite
+from tasks.schema import GuiAction, Task
 from tests.tasks.launched import Ahead, Launched, chromium_page, page_verdict
 
 WEB = load_suite("web")

@@ -77,7 +77,7 @@ def oracle_and_noop(ray: Any, harness: str, task_id: str, **run: Any) -> dict[st
     from actors.harness_pod import HarnessPod
     from forge.config import PolicyConfig
     from serve.policy import deploy_policy
-    from tasks import load_suite
+    from tasks.loader import load_suite
 
     task = next(t for t in load_suite("smoke") if t.id == task_id)
     episodes = {}

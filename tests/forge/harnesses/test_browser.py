@@ -15,11 +15,11 @@ from typing import Any
 import psutil
 import pytest
 
-from forge.harnesses import HARNESSES, get_harness
 from forge.harnesses.base import AttemptContext
 from forge.harnesses.browser import PLAYWRIGHT, PROGRAM, BrowserHarness
 from forge.harnesses.gui_actions import from_pixels, tools
 from forge.harnesses.install import PACKAGES, HarnessNotInstalled
+from forge.harnesses.registry import HARNESSES, get_harness
 from forge.sandboxes.base import ExecResult, SandboxSpec
 from forge.sandboxes.bwrap import bwrap_works
 from forge.sandboxes.local import LocalSandbox

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from forge.harnesses import get_harness
 from forge.harnesses.base import AttemptContext
 from forge.harnesses.install import PACKAGES
+from forge.harnesses.registry import get_harness
 from forge.sandboxes.base import SandboxSpec
 from forge.sandboxes.bwrap import bwrap_works
 from forge.sandboxes.local import LocalSandbox

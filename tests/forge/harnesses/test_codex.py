@@ -7,10 +7,10 @@ import tomllib
 
 import pytest
 
-from forge.harnesses import get_harness
 from forge.harnesses.base import AttemptContext
 from forge.harnesses.codex import CODEX_HOME, MOUNT
 from forge.harnesses.install import PACKAGES
+from forge.harnesses.registry import get_harness
 from forge.sandboxes.base import ExecResult
 from tests.forge.harnesses.helpers import attempt_ctx, oracle_and_noop
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from forge.config import ConfigError, load_config
-from forge.harnesses import get_harness
 from forge.harnesses.base import AttemptContext
 from forge.harnesses.command import link_out_of_mounts
+from forge.harnesses.registry import get_harness
 from forge.sandboxes.base import ExecResult, SandboxSpec
 from forge.sandboxes.bwrap import bwrap_works
 from forge.sandboxes.local import LocalSandbox
@@ -228,7 +228,7 @@ def test_example_config_plays_the_oracle(ray_cluster) -> None:
     from actors.harness_pod import HarnessPod
     from forge.config import PolicyConfig
     from serve.policy import deploy_policy
-    from tasks import load_suite
+    from tasks.loader import load_suite
 
     ray = ray_cluster
     options = load_config(EXAMPLE).harness_options
@@ -253,7 +253,7 @@ def test_answer_from_a_file_the_agent_writes(ray_cluster) -> None:
     from actors.harness_pod import HarnessPod
     from forge.config import PolicyConfig
     from serve.policy import deploy_policy
-    from tasks import load_suite
+    from tasks.loader import load_suite
 
     ray = ray_cluster
     options = load_config(EXAMPLE).harness_options

@@ -13,7 +13,7 @@ def _run_at_once(ray, harness: str, n: int) -> None:
     from actors.harness_pod import HarnessPod
     from forge.config import PolicyConfig
     from serve.policy import deploy_policy
-    from tasks import load_suite
+    from tasks.loader import load_suite
 
     task = next(t for t in load_suite("smoke") if t.id == "hello_file")
     policy = deploy_policy(

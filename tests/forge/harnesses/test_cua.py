@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from forge.harnesses import get_harness
 from forge.harnesses.cua import PACKAGE, RUNNER, CuaHarness
 from forge.harnesses.desktop_display import missing_tools
 from forge.harnesses.install import PACKAGES
-from rewards import verify
-from tasks import load_suite
+from forge.harnesses.registry import get_harness
+from rewards.registry import verify
+from tasks.loader import load_suite
 from tests.forge.harnesses.helpers import PREFIX, attempt_ctx, run_task, task_sandbox
 from tests.forge.harnesses.test_react import needs_bwrap, ok, reply
 from tests.forge.httpstub import StubServer

@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from forge.harnesses import get_harness, require
 from forge.harnesses.desktop import MODULES, PROGRAM, DesktopHarness
 from forge.harnesses.desktop_actions import DESKTOP_ACTIONS, ActionError, pixel_digest, xdotool_keys
 from forge.harnesses.desktop_agent import OMITTED, keep_latest_images, screenshot_message
 from forge.harnesses.desktop_display import missing_tools, task_desktop
 from forge.harnesses.install import HarnessNotInstalled
+from forge.harnesses.registry import get_harness, require
 from forge.sandboxes.base import ExecResult
-from rewards import verify
-from tasks import load_suite
+from rewards.registry import verify
+from tasks.loader import load_suite
 from tasks.schema import Task
 from tests.forge.harnesses.helpers import PREFIX, attempt_ctx, run_task, task_sandbox
 from tests.forge.harnesses.test_react import needs_bwrap, ok, reply, tool_call

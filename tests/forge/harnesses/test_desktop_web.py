@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import shlex
 
-from forge.harnesses import get_harness
 from forge.harnesses.desktop_web import SHOWN, WINDOW, on_desktop
-from tasks import load_suite
+from forge.harnesses.registry import get_harness
+from tasks.loader import load_suite
 
 
 def test_a_page_task_gets_a_display_chromium_and_the_watcher() -> None:

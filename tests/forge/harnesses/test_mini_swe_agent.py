@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from forge.harnesses import get_harness
 from forge.harnesses.base import AttemptContext
 from forge.harnesses.install import PACKAGES
 from forge.harnesses.mini_swe_agent import MOUNT, TRAJECTORY
+from forge.harnesses.registry import get_harness
 from forge.sandboxes.base import ExecResult
 from tests.forge.harnesses.helpers import attempt_ctx, oracle_and_noop
 

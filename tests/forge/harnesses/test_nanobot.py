@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from forge.harnesses import get_harness
 from forge.harnesses.install import PACKAGES
 from forge.harnesses.nanobot import CONFIG, MOUNT, RUNNER, SCAFFOLD
+from forge.harnesses.registry import get_harness
 from forge.sandboxes.base import ExecResult
 from tests.forge.harnesses.helpers import attempt_ctx, oracle_and_noop
 

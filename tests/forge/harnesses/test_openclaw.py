@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from forge.harnesses import get_harness
 from forge.harnesses.install import PACKAGES
 from forge.harnesses.openclaw import CONFIG, MOUNT, json_document
+from forge.harnesses.registry import get_harness
 from forge.sandboxes.base import ExecResult
 from tests.forge.harnesses.helpers import attempt_ctx, oracle_and_noop
 

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from forge.harnesses import get_harness
 from forge.harnesses.base import AttemptContext
 from forge.harnesses.install import PACKAGES
 from forge.harnesses.pi import AGENT_DIR, MOUNT
+from forge.harnesses.registry import get_harness
 from forge.sandboxes.base import ExecResult
 from tests.forge.harnesses.helpers import attempt_ctx, oracle_and_noop
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from forge.harnesses import HARNESSES, get_harness
 from forge.harnesses.base import AttemptContext
 from forge.harnesses.react import PROGRAM, ReactHarness
+from forge.harnesses.registry import HARNESSES, get_harness
 from forge.sandboxes.base import ExecResult, SandboxSpec
 from forge.sandboxes.bwrap import bwrap_works
 from forge.sandboxes.local import LocalSandbox

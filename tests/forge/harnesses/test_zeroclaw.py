@@ -10,8 +10,8 @@ import tomllib
 import pytest
 
 from forge.config import RunConfig
-from forge.harnesses import get_harness, require
 from forge.harnesses.install import HarnessNotInstalled
+from forge.harnesses.registry import get_harness, require
 from forge.harnesses.zeroclaw import CONFIG_DIR, MOUNT
 from forge.sandboxes.base import ExecResult
 from tests.forge.harnesses.helpers import attempt_ctx, oracle_and_noop

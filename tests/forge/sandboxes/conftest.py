@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 
-from forge import images
 from forge.harnesses.install import PACKAGES
+from forge.images import builder
+from forge.images import tags as images
 from forge.sandboxes import dockerd
-from forge.sandboxes.docker import client_for
+from forge.sandboxes.docker_api import client_for
 from forge.sandboxes.tmproot import private_root
 from serve.models import cache_dir
 
@@ -60,7 +61,7 @@ def docker_images(docker_daemon: dockerd.Daemon) -> dict[str, str]:
 
     client = docker.DockerClient(base_url=docker_daemon.host, timeout=300)
     t0 = time.monotonic()
-    base, react = images.build(client, ["base", "react"], progress=lambda m: None)
+    base, react = builder.build(client, ["base", "react"], progress=lambda m: None)
     print(f"[docker tests] base and react images ready in {time.monotonic() - t0:.1f}s")
     client.close()
     return {"base": base, "react": react}
@@ -78,12 +79,12 @@ def gui_images(docker_daemon: Any) -> dict[str, str]:
     if not PACKAGES["browser"].installed():
         pytest.skip("Playwright for the sandbox is not installed: forge harness install browser")
     client = client_for(docker_daemon.host)
-    if not images.has_image(client, images.base_tag(gui=True)) and not _gui_rootfs_cached():
+    if not builder.has_image(client, images.base_tag(gui=True)) and not _gui_rootfs_cached():
         pytest.skip(
             "the gui root filesystem is not cached (building it takes minutes): "
             "forge image build gui"
         )
     t0 = time.monotonic()
-    tags = images.build(client, ["gui", "browser", "desktop"], progress=lambda m: None)
+    tags = builder.build(client, ["gui", "browser", "desktop"], progress=lambda m: None)
     print(f"\n[docker gui] gui, browser and desktop images ready in {time.monotonic() - t0:.1f}s")
     return dict(zip(["base", "gui", "browser", "desktop"], tags, strict=True))

@@ -36,7 +36,7 @@ import aiohttp.web
 import attrs
 import kmock
 
-from forge.sandboxes.agent_client import AGENT_DIR, agent_tree
+from forge.sandboxes.agent_boot import AGENT_DIR, agent_tree
 
 RESOURCES = {
     "v1/pods": {"kind": "Pod", "singular": "pod", "namespaced": True},

@@ -21,13 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from forge.sandboxes.agent_client import (
-    AgentClient,
-    AgentUnavailable,
-    agent_command,
-    agent_tar,
-    agent_tree,
-)
+from forge.sandboxes.agent_boot import agent_command, agent_tar, agent_tree
+from forge.sandboxes.agent_client import AgentClient, AgentUnavailable
 from tests.forge.httpstub import StubServer
 
 SYSTEM_PYTHON = "/usr/bin/python3"

@@ -15,16 +15,16 @@ import pytest
 
 from forge.config import SandboxConfig
 from forge.harnesses.react import PROGRAM, PROGRAM_HOST
-from forge.sandboxes import check_isolation, reap_sandboxes, sandbox_for
 from forge.sandboxes.base import SandboxSpec
-from forge.sandboxes.docker import (
-    DockerSandbox,
+from forge.sandboxes.docker import DockerSandbox
+from forge.sandboxes.docker_api import (
     DockerUnavailable,
     client_for,
     reap_containers,
     require_image,
 )
 from forge.sandboxes.local import SandboxExpired
+from forge.sandboxes.registry import check_isolation, reap_sandboxes, sandbox_for
 from tests.forge.httpstub import StubServer
 
 pytestmark = pytest.mark.docker
@@ -293,7 +293,7 @@ def test_missing_daemon_or_image_is_a_clear_error(config, client) -> None:
 
 
 def test_failed_start_says_why_and_leaves_nothing(config, client) -> None:
-    from forge import images
+    from forge.images import tags as images
     from forge.sandboxes.agent_client import AgentUnavailable
 
     no_agent = config.model_copy(update={"image": images.rootfs_tag()})  # python3, no agent

@@ -11,9 +11,9 @@ import pytest
 
 from actors.harness_pod import HarnessPod
 from forge.config import PolicyConfig
-from forge.sandboxes.docker import client_for
+from forge.sandboxes.docker_api import client_for
 from serve.policy import deploy_policy
-from tasks import load_suite
+from tasks.loader import load_suite
 
 pytestmark = [pytest.mark.docker, pytest.mark.ray, pytest.mark.slow]
 RUN = "docker-episode"

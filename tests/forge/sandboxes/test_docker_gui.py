@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from forge import images
-from forge.sandboxes.docker import client_for
+from forge.images import tags as images
+from forge.sandboxes.docker_api import client_for
 
 pytestmark = [
     pytest.mark.docker,
@@ -79,7 +79,7 @@ def test_oracle_episode_in_a_container(
     suite: str,
     task_id: str,
 ) -> None:
-    from tasks import load_suite
+    from tasks.loader import load_suite
 
     ray = ray_cluster
     client = client_for(docker_daemon.host)

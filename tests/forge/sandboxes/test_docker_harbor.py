@@ -17,10 +17,10 @@ import pytest
 from actors.harness_pod import HarnessPod
 from forge.config import PolicyConfig, SandboxConfig
 from forge.harnesses.install import PACKAGES
-from forge.sandboxes.docker import client_for
-from forge.task_images import prepare
+from forge.images.task import prepare
+from forge.sandboxes.docker_api import client_for
 from serve.policy import deploy_policy
-from tasks import load_suite
+from tasks.loader import load_suite
 
 pytest.importorskip("harbor.models.task.config", reason="the harbor package reads task.toml")
 pytestmark = [pytest.mark.docker, pytest.mark.ray, pytest.mark.slow]

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from forge import images
 from forge.cli import main
 from forge.config import SandboxConfig
-from forge.harnesses import get_harness
 from forge.harnesses.install import PACKAGES
+from forge.harnesses.registry import get_harness
+from forge.images import builder
+from forge.images import tags as images
 from forge.sandboxes.base import SandboxSpec
-from forge.sandboxes.docker import DockerSandbox, client_for
+from forge.sandboxes.docker import DockerSandbox
+from forge.sandboxes.docker_api import client_for
 
 pytestmark = pytest.mark.docker
 
@@ -29,7 +31,7 @@ def test_cli_lists_and_builds_against_the_daemon(docker_daemon, docker_images, c
 @pytest.mark.skipif(not PACKAGES["pi"].installed(), reason="pi not installed (scripts/setup.sh)")
 def test_pi_image_runs_its_pinned_version_without_host_mounts(docker_daemon, docker_images) -> None:
     client = client_for(docker_daemon.host)
-    tag = images.build_harness(client, "pi", progress=lambda m: None, base=docker_images["base"])
+    tag = builder.build_harness(client, "pi", progress=lambda m: None, base=docker_images["base"])
     assert tag == images.harness_tag("pi") and tag.startswith("openforge/pi:0.73.1-")
     assert (
         client.images.get(f"openforge/pi:{PACKAGES['pi'].version}").id == client.images.get(tag).id

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from forge.config import SandboxConfig
-from forge.sandboxes import sandbox_for
-from forge.sandboxes.agent_client import HARNESS_UID
+from forge.sandboxes.agent_boot import HARNESS_UID
 from forge.sandboxes.base import SandboxSpec
 from forge.sandboxes.docker import DockerSandbox
+from forge.sandboxes.registry import sandbox_for
 from forge.sandboxes.tmproot import UnsafeTempRoot
 
 pytestmark = pytest.mark.docker

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from forge.config import SandboxConfig
-from forge.sandboxes import IsolationUnavailable, LocalSandbox, bwrap, check_isolation
-from forge.sandboxes.bwrap import bwrap_works
+from forge.sandboxes import bwrap
+from forge.sandboxes.bwrap import IsolationUnavailable, bwrap_works
+from forge.sandboxes.local import LocalSandbox
+from forge.sandboxes.registry import check_isolation
 
 REPO = str(Path(__file__).resolve().parents[3])
 
@@ -21,7 +23,10 @@ WITHOUT_BWRAP = """
 import json, logging
 logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
 from forge.config import SandboxConfig
-from forge.sandboxes import IsolationUnavailable, LocalSandbox, SandboxSpec, check_isolation
+from forge.sandboxes.base import SandboxSpec
+from forge.sandboxes.bwrap import IsolationUnavailable
+from forge.sandboxes.local import LocalSandbox
+from forge.sandboxes.registry import check_isolation
 out = {}
 def attempt(name, fn):
     try:

@@ -16,11 +16,12 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from forge.sandboxes import kube_api
+from forge.sandboxes import kube_calls
+from forge.sandboxes import kube_cluster as kc
 from forge.sandboxes import kube_manifests as km
 from forge.sandboxes import kubernetes as kube_backend
 from forge.sandboxes.base import SandboxSpec
-from forge.sandboxes.kube_api import KubeError, KubeInvalid, RetryPolicy, TokenBucket, call
+from forge.sandboxes.kube_calls import KubeError, KubeInvalid, RetryPolicy, TokenBucket, call
 from forge.sandboxes.kube_reconcile import (
     Heartbeat,
     Reconciler,
@@ -83,7 +84,7 @@ def spec(run: str = "run-a", attempt: int = 0, episode: str = "ep-1", **kw: Any)
 def env(
     kube: KMock, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Env]:
-    monkeypatch.setattr(kube_api, "_last_throttled", 0.0)  # no 429 of an earlier test counts
+    monkeypatch.setattr(kube_calls, "_last_throttled", 0.0)  # no 429 of an earlier test counts
     ns = km.dns_label(request.node.name)[:40] + "-" + km.digest(request.node.name, n=5)
     e = Env(kube, ns)
     yield e
@@ -113,7 +114,7 @@ def test_create_exec_destroy_sends_what_we_expect(
     assert meta["name"] == box.name and meta["namespace"] == env.ns
     assert meta["labels"]["openforge.run"] == "run-a"
     assert meta["labels"]["openforge.attempt"] == "0"
-    assert meta["labels"]["openforge.heartbeat"] == km.lease_name("run-a", "hp-0")
+    assert meta["labels"]["openforge.heartbeat"] == kc.lease_name("run-a", "hp-0")
     # The pod's own bound: its 300 s plus the start timeouts (20 s pending, 30 s for the agent)
     lifetime = 300 + 20 + 30 + kube_backend.START_SLACK_S
     assert box.lifetime_s(s) == lifetime
@@ -348,7 +349,7 @@ def test_orphans_of_dead_harness_pods_are_reaped(env: Env) -> None:
     assert dead.beat()
     _bare_pod(env, "run-a", "alive", now + 600, beat=live.name)
     _bare_pod(env, "run-a", "orphan", now + 600, beat=dead.name)
-    _bare_pod(env, "run-a", "lost", now + 600, beat=km.lease_name("run-a", "hp-gone"))
+    _bare_pod(env, "run-a", "lost", now + 600, beat=kc.lease_name("run-a", "hp-gone"))
     _bare_pod(env, "run-a", "unbeaten", now + 600)  # no heartbeat label: only its deadline
     lease_list = env.kube.fault(
         "GET", r"/apis/coordination.k8s.io/v1/namespaces/[^/]+/leases", status=500, times=6
@@ -359,7 +360,7 @@ def test_orphans_of_dead_harness_pods_are_reaped(env: Env) -> None:
     assert rec.sweep() == 2 and rec.reaped == 2
     assert sorted(env.pods()) == ["alive", "unbeaten"]
     live.stop()
-    assert km.lease_name("run-a", "hp-live") not in env.kube.objects(
+    assert kc.lease_name("run-a", "hp-live") not in env.kube.objects(
         "coordination.k8s.io/v1/leases", env.ns
     )
     assert reap_pods(env.api, env.ns, "run-a", orphans_only=True, policy=env.policy) == 1
@@ -399,7 +400,7 @@ def test_leases_stale_all_at_once_reap_nothing(env: Env) -> None:
                          clock=clock)  # fmt: skip
         assert beat.beat()
         _bare_pod(env, "run-a", f"p{i}", now + 600, beat=beat.name)
-    _bare_pod(env, "run-a", "late", now - 5, beat=km.lease_name("run-a", "hp-0"))
+    _bare_pod(env, "run-a", "late", now - 5, beat=kc.lease_name("run-a", "hp-0"))
     assert reap_pods(env.api, env.ns, "run-a", orphans_only=True, policy=env.policy) == 1
     assert sorted(env.pods()) == ["p0", "p1", "p2", "p3"]  # only the one past its deadline went
     for i in (1, 2):

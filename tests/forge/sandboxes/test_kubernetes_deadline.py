@@ -14,7 +14,7 @@ import pytest
 from forge.sandboxes import kube_manifests as km
 from forge.sandboxes import kubernetes as kube_backend
 from forge.sandboxes.base import SandboxSpec
-from forge.sandboxes.kube_api import RetryPolicy, TokenBucket
+from forge.sandboxes.kube_calls import RetryPolicy, TokenBucket
 from forge.sandboxes.kubernetes import KubernetesSandbox, KubeSettings
 
 from .kube_controller import KMock, LocalKubelet

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 import pytest
 
 from forge.config import SandboxConfig
-from forge.sandboxes.agent_client import HARNESS_UID
+from forge.sandboxes.agent_boot import HARNESS_UID
 from forge.sandboxes.base import SandboxSpec
-from forge.sandboxes.kube_api import RetryPolicy
+from forge.sandboxes.kube_calls import RetryPolicy
 from forge.sandboxes.kube_reconcile import reap_pods
 from forge.sandboxes.kubernetes import KubernetesSandbox, KubeSettings
 from tests.forge.httpstub import StubServer
@@ -77,8 +77,8 @@ def test_pod_in_a_container_exec_files_proxy_destroy(cluster) -> None:
 
 
 def test_harness_pod_runs_from_its_image(cluster, docker_images) -> None:
-    from forge.harnesses import get_harness
     from forge.harnesses.react import PROGRAM
+    from forge.harnesses.registry import get_harness
 
     kube, _ = cluster
     settings = KubeSettings(namespace=NS, agent_port=18938, pod_start_timeout_s=60)

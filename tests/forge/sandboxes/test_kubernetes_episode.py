@@ -13,10 +13,10 @@ import pytest
 
 from actors.harness_pod import HarnessPod
 from forge.config import PolicyConfig, ProxyConfig, SandboxConfig
-from forge.config_sandbox import PROXY_PORTS
-from forge.sandboxes import check_isolation
+from forge.config.sandbox import PROXY_PORTS
+from forge.sandboxes.registry import check_isolation
 from serve.policy import deploy_policy
-from tasks import load_suite
+from tasks.loader import load_suite
 
 from .kube_controller import DockerKubelet, KMock, emulated_cluster
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from forge.config import PolicyConfig
-from tasks import load_suite
+from tasks.loader import load_suite
 
 from .kube_controller import DockerKubelet, KMock, emulated_cluster
 
@@ -27,7 +27,7 @@ pytestmark = [
 ]
 NS, RUN = "gui", "kube-gui"
 # one case (suite time): a MiniWoB++ task needs the launcher and MiniWoB's HTML baked in; the
-# web apps are baked the same way (tests/forge/test_images.py lists every baked path)
+# web apps are baked the same way (tests/forge/images/test_tags.py lists every baked path)
 CASES = [("miniwob", "click-button-sequence-s0")]
 
 

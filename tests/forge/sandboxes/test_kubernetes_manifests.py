@@ -12,9 +12,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from forge.sandboxes import kube_cluster as kc
 from forge.sandboxes import kube_manifests as km
-from forge.sandboxes.agent_client import agent_command
-from forge.sandboxes.kube_api import RetryPolicy, TokenBucket
+from forge.sandboxes.agent_boot import agent_command
+from forge.sandboxes.kube_calls import RetryPolicy, TokenBucket
 
 pytestmark = pytest.mark.k8s
 VERSIONS = ("1.31.0", kubernetes_validate.latest_version() + ".0")
@@ -130,7 +131,7 @@ def test_label_values() -> None:
 
 
 def test_network_policy_allows_only_harness_pods() -> None:
-    p = km.network_policy("sbx", "run-1", 8937, proxy_ports=(21000, 21063))
+    p = kc.network_policy("sbx", "run-1", 8937, proxy_ports=(21000, 21063))
     validate(p)
     spec = p["spec"]
     assert spec["podSelector"]["matchLabels"] == {
@@ -142,7 +143,7 @@ def test_network_policy_allows_only_harness_pods() -> None:
     assert spec["ingress"] == [{"from": peers, "ports": [{"protocol": "TCP", "port": 8937}]}]
     proxy = [{"protocol": "TCP", "port": 21000, "endPort": 21063}]
     assert spec["egress"] == [{"to": peers, "ports": proxy}]  # the proxies, nothing else
-    q = km.network_policy(
+    q = kc.network_policy(
         "sbx",
         "run-1",
         8937,
@@ -157,7 +158,7 @@ def test_network_policy_allows_only_harness_pods() -> None:
         "matchLabels": {"kubernetes.io/metadata.name": "ray"}
     }
     assert eg["to"][1] == {"ipBlock": {"cidr": "10.0.0.5/32"}}
-    single = km.network_policy("sbx", "r", 1, proxy_ports=(8931, 8931))
+    single = kc.network_policy("sbx", "r", 1, proxy_ports=(8931, 8931))
     assert single["spec"]["egress"][0]["ports"] == [{"protocol": "TCP", "port": 8931}]
 
 
@@ -166,13 +167,13 @@ def test_network_policy_always_names_the_proxy_ports() -> None:
     agent listen there): with the default config, and with any config, each egress rule names
     the proxy ports, and each ingress rule the agent port; there is no way to ask for none."""
     from forge.config import KubernetesConfig
-    from forge.config_sandbox import PROXY_PORTS
+    from forge.config.sandbox import PROXY_PORTS
 
     kube = KubernetesConfig()
     assert kube.proxy_ports == PROXY_PORTS
     net = {k: getattr(kube, k) for k in ("harness_selector", "harness_namespace")}
     for cidrs in ([], ["10.0.0.0/24"]):
-        p = km.network_policy("sbx", "r", kube.agent_port, proxy_ports=kube.proxy_ports,
+        p = kc.network_policy("sbx", "r", kube.agent_port, proxy_ports=kube.proxy_ports,
                               proxy_cidrs=cidrs, **net)  # fmt: skip
         validate(p)
         lo, hi = PROXY_PORTS
@@ -181,14 +182,14 @@ def test_network_policy_always_names_the_proxy_ports() -> None:
         for rule in p["spec"]["ingress"]:
             assert rule["ports"] == [{"protocol": "TCP", "port": kube.agent_port}], rule
     with pytest.raises(TypeError, match="proxy_ports"):
-        km.network_policy("sbx", "r", 8937)  # type: ignore[call-arg]
+        kc.network_policy("sbx", "r", 8937)  # type: ignore[call-arg]
     for bad in [(0, 10), (9000, 8000), (1, 70000)]:
         with pytest.raises(ValueError, match="proxy_ports"):
-            km.network_policy("sbx", "r", 8937, proxy_ports=bad)
+            kc.network_policy("sbx", "r", 8937, proxy_ports=bad)
 
 
 def test_rbac_and_other_objects_validate() -> None:
-    objs = km.cluster_manifests("sbx", run_account_namespace="ray")
+    objs = kc.cluster_manifests("sbx", run_account_namespace="ray")
     for o in objs:
         validate(o)
     kinds = [o["kind"] for o in objs]
@@ -206,11 +207,11 @@ def test_rbac_and_other_objects_validate() -> None:
     ]
     bound = {s["name"] for o in objs if o["kind"] == "RoleBinding" for s in o["subjects"]}
     assert km.SANDBOX_ACCOUNT not in bound  # the sandbox identity can do nothing
-    assert list(yaml.safe_load_all(km.to_yaml(objs))) == objs
+    assert list(yaml.safe_load_all(kc.to_yaml(objs))) == objs
     for o in (
-        km.run_configmap("sbx", "run-1"),
-        km.heartbeat_lease("sbx", "run-1", "pod-3", "2026-01-01T00:00:00.000000Z", 60),
-        km.sandbox_service_account("sbx"),
+        kc.run_configmap("sbx", "run-1"),
+        kc.heartbeat_lease("sbx", "run-1", "pod-3", "2026-01-01T00:00:00.000000Z", 60),
+        kc.sandbox_service_account("sbx"),
     ):
         validate(o)
 
@@ -275,7 +276,7 @@ def test_pod_runs_the_harness_unprivileged_on_a_quota() -> None:
     """The backend's pod: the agent drops harness commands to the images' user, the image's
     root is read-only, and every writable place is a memory-backed emptyDir of disk_mb."""
     from forge.config import SandboxConfig
-    from forge.sandboxes.agent_client import HARNESS_UID
+    from forge.sandboxes.agent_boot import HARNESS_UID
     from forge.sandboxes.base import SandboxSpec
     from forge.sandboxes.kubernetes import KubernetesSandbox
 

@@ -12,12 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from forge.config import ProxyConfig, SandboxConfig
-from forge.sandboxes import check_isolation, reap_sandboxes, sandbox_for
 from forge.sandboxes import kube_manifests as km
 from forge.sandboxes import kubernetes as kube_backend
 from forge.sandboxes.base import SandboxSpec
 from forge.sandboxes.kube_api import KubeUnavailable
 from forge.sandboxes.kubernetes import KubernetesSandbox, is_loopback, reconciler
+from forge.sandboxes.registry import check_isolation, reap_sandboxes, sandbox_for
 
 from .kube_controller import KMock
 
@@ -139,7 +139,7 @@ def test_a_default_run_fences_its_sandboxes_to_the_proxy_ports(kube: KMock) -> N
     import yaml
 
     from actors.harness_pod import HarnessPod
-    from forge.config_sandbox import PROXY_PORTS
+    from forge.config.sandbox import PROXY_PORTS
 
     from .kube_controller import LocalKubelet
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from forge.sandboxes import make_sandbox
 from forge.sandboxes.base import SandboxSpec
 from forge.sandboxes.bwrap import bwrap_works
 from forge.sandboxes.local import LocalSandbox, SandboxExpired, reap_orphans
 from forge.sandboxes.orphans import LABELS_FILE, pid_start
+from forge.sandboxes.registry import make_sandbox
 from tests.forge.httpstub import StubServer
 
 needs_bwrap = pytest.mark.skipif(

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from forge.config import SandboxConfig
-from forge.sandboxes import quota, sandbox_for
+from forge.sandboxes import quota
 from forge.sandboxes.base import SandboxSpec
 from forge.sandboxes.bwrap import bwrap_works
 from forge.sandboxes.local import LocalSandbox
+from forge.sandboxes.registry import sandbox_for
 from forge.sandboxes.tmproot import UnsafeTempRoot, private_root
 
 needs_quota = pytest.mark.skipif(

@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from forge.sandboxes.bwrap import bwrap_works
-from tasks import Task, load_suite
+from tasks.loader import load_suite
+from tasks.schema import Task
 from tests.rewards.test_cheating_agents import play_on
 from tests.rewards.test_cheating_gui import MINIWOB
 

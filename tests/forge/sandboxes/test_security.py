@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from forge.harnesses import HARNESSES, get_harness
+from forge.harnesses.registry import HARNESSES, get_harness
 from forge.sandboxes.base import SandboxSpec
 from forge.sandboxes.bwrap import (
     SHARED_CACHES,

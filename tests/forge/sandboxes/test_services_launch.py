@@ -322,7 +322,7 @@ def test_display_in_a_bubblewrap_sandbox(tmp_path: Path) -> None:
 def test_in_a_docker_sandbox(docker_daemon, docker_images) -> None:
     """The container has no network but loopback: the app is reachable there, privately."""
     from forge.config import SandboxConfig
-    from forge.sandboxes import sandbox_for
+    from forge.sandboxes.registry import sandbox_for
 
     config = SandboxConfig(backend="docker", docker_host=docker_daemon.host, memory_mb=256)
     task = _task(8765)

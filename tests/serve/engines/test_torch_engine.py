@@ -255,7 +255,7 @@ def test_extreme_seeds_and_temperatures_never_fail_a_batch(engine: TorchEngine) 
 
 def test_context_comes_from_the_run_config_bounded_by_the_model() -> None:
     from forge.config import EngineConfig
-    from serve.engines import make_engine
+    from serve.engines.registry import make_engine
 
     small = make_engine("torch", **EngineConfig(max_model_len=64).engine_options())
     assert small.max_context == 64

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from forge.fidelity import wire_fidelity
+from forge.observe.fidelity import wire_fidelity
 from forge.trajectory import assemble
 from forge.types import Episode, Turn
 from serve.chat_template import render

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from forge.types import Completion, ToolCall
-from serve.protocol import responses
+from serve.protocol import responses, responses_items
 from serve.protocol.common import ProtocolError
 
 EXEC = {
@@ -137,7 +137,7 @@ def test_grammar_is_truncated():
         "format": {"type": "grammar", "syntax": "lark", "definition": "x" * 99999},
     }
     req, _ = responses.parse_request({"model": "m", "input": "hi", "tools": [big]})
-    assert len(req.tools[0].description) < responses.GRAMMAR_CHARS + 200
+    assert len(req.tools[0].description) < responses_items.GRAMMAR_CHARS + 200
     assert "truncated" in req.tools[0].description
 
 

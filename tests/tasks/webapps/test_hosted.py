@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from actors.harness_pod import HarnessPod
-from tasks import load_suite
+from tasks.loader import load_suite
 from tasks.webapps import hosted
 from tasks.webapps import miniwob_server as ms
 

@@ -1,0 +1,179 @@
+"""Images of tasks that bring their own Dockerfile (Harbor tasks: ``tasks.schema.Environment``).
+
+No image registry is reachable from where OpenForge is built, so nothing is pulled: a ``FROM``
+image resolves through an alias map (``sandbox.image_aliases``: a glob pattern -> a local tag,
+``base`` meaning the Debian base image ``forge image build`` makes) or to an image the daemon
+already holds; anything else is refused with a message naming it. The task's Dockerfile is
+built from its own folder with its ``FROM`` lines rewritten, then the sandbox's needs are laid
+on top (the agent at ``/opt/forge/agent``, the fixed layout, ``USER root``, no entrypoint, the
+workdir made). The tag is ``openforge/task-<folder>:<digest>``, the digest covering the
+rewritten Dockerfile, every file of the context and what is laid on top, so an edited task gets
+a new image. The harness's files are bind-mounted read-only (as for the base image).
+
+Builds are serialised per tag by a file lock, so HarnessPods on one host that start the same
+task at once build it once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import fnmatch
+import hashlib
+import re
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from forge.images import builder
+from forge.images import tags as images
+from serve.models import cache_dir
+from tasks.dockerfile import DockerfileError, rewrite_from
+
+EXTRA = ".openforge"  # our files in the build context
+_lock = threading.Lock()
+
+
+class TaskImageError(ValueError):
+    """A task image that cannot be made here (a base no alias or local image provides, a
+    Dockerfile that cannot be read, a failed build); the message names the task's file."""
+
+
+def resolver(client: Any, aliases: dict[str, str], where: str) -> Any:
+    """``resolve(image)`` for :func:`tasks.dockerfile.rewrite_from`: the alias's local tag
+    (``base``: the base image's), else the image itself when the daemon holds it."""
+
+    def resolve(image: str) -> str:
+        for pattern, target in aliases.items():
+            if fnmatch.fnmatchcase(image, pattern):
+                return images.base_tag() if target == "base" else target
+        if client is not None and builder.has_image(client, image):
+            return image
+        known = ", ".join(f"{p} -> {t}" for p, t in aliases.items()) or "none"
+        raise TaskImageError(
+            f"{where}: FROM {image}: no image registry is reachable and no alias maps this base "
+            f"(sandbox.image_aliases: {known}); build or load {image} into the Docker daemon, "
+            "or map it to a local image"
+        )
+
+    return resolve
+
+
+def _tail(env: dict[str, Any]) -> str:
+    """What is laid on top of the task's own Dockerfile."""
+    return (
+        images.agent_layer(EXTRA)[0] + "USER root\n"
+        f"WORKDIR {env['workdir']}\n"
+        "ENTRYPOINT []\n"
+        "CMD []\n"
+        'LABEL openforge.image="task"\n'
+    )
+
+
+def _context_files(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
+def plan(env: dict[str, Any], aliases: dict[str, str], client: Any = None) -> tuple[str, str]:
+    """``(tag, dockerfile)`` of the task image of ``env`` (a ``tasks.schema.Environment`` as
+    data); TaskImageError when its Dockerfile cannot be read or a base cannot be had."""
+    folder = Path(env["context"])
+    path = folder / env.get("dockerfile", "Dockerfile")
+    try:
+        text = f"FROM {env['image']}\n" if env.get("image") else path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise TaskImageError(f"{path}: cannot read: {e}") from None
+    try:
+        rewritten, _ = rewrite_from(text, resolver(client, aliases, str(path)))
+    except DockerfileError as e:
+        raise TaskImageError(f"{path}: {e}") from None
+    dockerfile = rewritten + _tail(env)
+    h = hashlib.sha256(dockerfile.encode())
+    for f in _context_files(folder):
+        h.update(f"\0{f.relative_to(folder)}\0".encode())
+        h.update(f.read_bytes())
+    tree = images._agent_tree()
+    for rel in sorted(tree):
+        h.update(f"\0{rel}\0".encode() + tree[rel])
+    name = re.sub(r"[^a-z0-9._-]+", "-", folder.parent.name.lower()).strip("-._") or "task"
+    return f"{images.REPO}/task-{name[:60]}:{h.hexdigest()[:12]}", dockerfile
+
+
+@contextlib.contextmanager
+def _build_lock(tag: str) -> Iterator[None]:
+    locks = cache_dir() / "images" / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with _lock, open(locks / (tag.replace("/", "_").replace(":", "_") + ".lock"), "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def ensure(
+    client: Any,
+    env: dict[str, Any],
+    aliases: dict[str, str],
+    progress: images.Progress = lambda _: None,
+) -> str:
+    """The task image of ``env`` in the daemon, built when missing (the base image too, when
+    an alias needs it); returns its tag."""
+    tag, dockerfile = plan(env, aliases, client)
+    if builder.has_image(client, tag):
+        return tag
+    with _build_lock(tag):
+        if builder.has_image(client, tag):
+            return tag
+        if images.base_tag() in dockerfile:
+            builder.build_base(client, progress)
+        folder = Path(env["context"])
+        context: dict[str, str | bytes] = {
+            str(p.relative_to(folder)): str(p) for p in _context_files(folder)
+        }
+        context["Dockerfile"] = dockerfile.encode()  # what is built, whatever its name was
+        context.update(images.agent_layer(EXTRA)[1])
+        t0 = time.monotonic()
+        try:
+            builder.build_context(
+                client, tag, context, progress, None, timeout_s=env.get("build_timeout_s")
+            )
+        except Exception as e:
+            raise TaskImageError(f"{folder}: building {tag}: {e}") from e
+        progress(f"{tag}: built in {time.monotonic() - t0:.1f}s")
+    return tag
+
+
+def image_env(client: Any, tag: str) -> dict[str, str]:
+    """The environment the image's Dockerfile set (``ENV``), as a mapping."""
+    pairs = client.images.get(tag).attrs.get("Config", {}).get("Env") or []
+    return dict(p.split("=", 1) for p in pairs if "=" in p)
+
+
+def prepare(tasks: list[dict[str, Any]], sandbox: Any, progress: images.Progress = print) -> int:
+    """Before a run: refuse tasks with their own image on a backend that cannot build it, and
+    build their images now (a base that cannot be had stops the run here, naming the task's
+    Dockerfile, instead of failing every attempt). Returns how many task images there are."""
+    own = [t for t in tasks if t.get("environment")]
+    if not own:
+        return 0
+    if sandbox.backend != "docker":
+        names = ", ".join(t["id"] for t in own[:3]) + (", ..." if len(own) > 3 else "")
+        raise TaskImageError(
+            f"tasks: {len(own)} task(s) bring their own image ({names}): they run only with "
+            f"sandbox.backend=docker (this run has {sandbox.backend})"
+        )
+    from forge.sandboxes.docker_api import client_for
+
+    client = client_for(sandbox.docker_host)
+    t0 = time.monotonic()
+    tags = set()
+    for i, task in enumerate(own, 1):
+        tags.add(ensure(client, task["environment"], sandbox.image_aliases, progress))
+        if i % 10 == 0 or i == len(own):
+            progress(f"task images: {i}/{len(own)} ready ({time.monotonic() - t0:.0f}s)")
+    return len(tags)

@@ -1,0 +1,101 @@
+"""A GRPO step's bookkeeping outside the model, for both trainers (:mod:`actors.trainer`,
+:mod:`actors.verl_trainer`): the batch a step takes from its groups (which episodes, their
+advantages, the batch's reward, advantage and staleness metrics) and the step's metrics from
+its micro-batches' totals."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from forge.config import TrainerConfig
+from forge.train.batching import MicroBatch
+from forge.train.grpo import group_advantages
+from forge.train.logprobs import GapStats
+from forge.types import Episode
+
+SUMMED = ("loss", "pg_loss", "kl")  # micro-batch shares that add up to the batch value
+
+
+def grpo_batch(
+    groups: list[list[Episode]], version: int, cfg: TrainerConfig
+) -> tuple[list[Episode], list[float], dict[str, float]]:
+    """The episodes to train on (groups whose advantages are not all 0), their advantages as
+    ``cfg`` says (``advantage``: group-relative, ``normalize_adv_std``, or the reward itself;
+    negative ones times ``negative_advantage_scale``), and the batch's reward, advantage and
+    staleness metrics (``version``: the weights being updated). Raises ``ValueError`` on a
+    failed episode."""
+    episodes: list[Episode] = []
+    advantages: list[float] = []
+    rewards: list[float] = []
+    skipped = 0
+    for group in groups:
+        bad = [e.episode_id for e in group if e.status != "ok"]
+        if bad:
+            raise ValueError(f"train_step takes ok episodes only; got failed ones: {bad}")
+        r = torch.tensor([[e.reward for e in group]], dtype=torch.float32)
+        rewards.extend(r[0].tolist())
+        if cfg.advantage == "reward":
+            adv = r[0]
+        else:
+            adv = group_advantages(r, normalize_std=cfg.normalize_adv_std)[0]
+        if not bool(adv.any()):
+            skipped += 1
+            continue
+        episodes.extend(group)
+        advantages.extend(torch.where(adv < 0, adv * cfg.negative_advantage_scale, adv).tolist())
+    versions = [t.policy_version for g in groups for e in g for t in e.turns]
+    adv_t = torch.tensor(advantages or [0.0])
+    rew_t = torch.tensor(rewards or [0.0])
+    stats = {
+        "reward_mean": float(rew_t.mean()),
+        "reward_std": float(rew_t.std()) if len(rewards) > 1 else 0.0,
+        "advantage_mean": float(adv_t.mean()),
+        "advantage_std": float(adv_t.std()) if len(advantages) > 1 else 0.0,
+        "advantage_abs_mean": float(adv_t.abs().mean()),
+        "advantage_max": float(adv_t.max()),
+        "advantage_min": float(adv_t.min()),
+        "episodes": float(len(episodes)),
+        "episodes_in": float(sum(len(g) for g in groups)),
+        "groups": float(len(groups)),
+        "skipped_groups": float(skipped),
+        "pass_rate": sum(r >= 1.0 for r in rewards) / max(1, len(rewards)),
+        # how many versions behind the weights being updated the oldest sampled token is
+        "staleness_max": float(version - min(versions)) if versions else 0.0,
+    }
+    return episodes, advantages, stats
+
+
+def step_metrics(
+    totals: dict[str, Any],
+    grad_norms: list[Tensor],
+    gap: GapStats,
+    batches: list[MicroBatch],
+    stats: dict[str, float],
+    version: int,
+    step: int,
+) -> dict[str, float]:
+    """A step's metrics: ``stats`` (the batch's), the micro-batches' ``totals`` per token (or
+    per epoch for the :data:`SUMMED` ones), token counts, the mean gradient norm, the
+    trainer-engine logprob gap, and the ``version`` and ``step`` after it."""
+    epochs = max(len(grad_norms), 1)  # epochs run (a non-finite one ends the step)
+    tokens = float(totals.get("tokens", 0.0)) or 1.0
+    out: dict[str, float] = dict(stats)
+    for k, v in totals.items():
+        if k == "ratio_max":
+            out[k] = float(v)
+        elif k != "tokens":
+            out[k] = float(v) / (epochs if k in SUMMED else tokens)
+    for k in ("loss", "pg_loss", "clip_frac", "approx_kl", "ratio_mean", "entropy"):
+        out.setdefault(k, 0.0)
+    sampled = sum(b.sampled for b in batches)
+    out["tokens_sampled"] = float(sampled)
+    out["tokens_total"] = float(sum(b.tokens for b in batches))
+    out["micro_batches"] = float(len(batches))
+    out["grad_norm"] = float(torch.stack(grad_norms).mean()) if grad_norms else 0.0
+    out.update(gap.metrics())
+    out["version"] = float(version)
+    out["step"] = float(step)
+    return out
