@@ -38,10 +38,21 @@ def _chat(text: str, max_tokens: int = 24, temperature: float = 0.0) -> ChatRequ
 
 
 @pytest.fixture(scope="module")
-def vllm_policy(ray_cluster):
+def weight_store(ray_cluster):
+    """The WeightStore the module's Policy subscribes to (held here: a named actor goes with
+    its last handle)."""
+    from serve.weight_sync import WeightStore
+
+    return ray_cluster.remote(WeightStore).options(name="vllm-ws", num_cpus=0).remote()
+
+
+@pytest.fixture(scope="module")
+def vllm_policy(ray_cluster, weight_store):
+    """One vLLM Policy for the module (a deployment takes most of a minute to start here),
+    subscribed to ``weight_store`` so the collective test broadcasts into it too."""
     from serve.policy import deploy_policy
 
-    config = PolicyConfig(engine=ENGINE, num_cpus=0.5)
+    config = PolicyConfig(engine=ENGINE, num_cpus=0.5, weight_store="vllm-ws")
     return deploy_policy(config, app_name="vllm-test")
 
 
@@ -123,36 +134,6 @@ def test_abort_mode_fails_the_request_in_flight_and_serves_the_next(ray_cluster)
         long.result()
     after = policy.generate.remote(chat).result()
     assert after.policy_version == 1 and after.completion_ids
-
-
-def test_collective_weight_sync_broadcasts_into_vllm_workers(ray_cluster) -> None:
-    """``weight_sync.strategy: collective``: the Trainer broadcasts (gloo here, NCCL on GPUs)
-    straight into vLLM's worker; the answers are those of the same weights loaded the other
-    way, from the first request after publish returns, and the group is reused."""
-    from actors.trainer import Trainer
-    from serve.policy import deploy_policy
-    from serve.weight_sync import CollectiveWeightSync, WeightStore
-
-    ray = ray_cluster
-    store = ray.remote(WeightStore).options(name="vllm-ws", num_cpus=0).remote()
-    config = PolicyConfig(engine=ENGINE, num_cpus=0.5, weight_store="vllm-ws")
-    policy = deploy_policy(config, app_name="vllm-collective-test")
-    trainer = ray.remote(Trainer).options(num_cpus=0).remote(seed=1)  # other weights than seed 0
-    sync = CollectiveWeightSync(store, replicas=1, backend="gloo", bucket_mib=4.0)
-    chat = _chat("Say something.")
-    before = policy.generate.remote(chat).result()
-    timing = sync.publish(trainer, 1)
-    assert timing["weight_sync_mib"] > 4  # the tiny model's 17 MiB, in several buckets
-    after = policy.generate.remote(chat).result()
-    assert after.policy_version == 1 and after.completion_ids != before.completion_ids
-    policy.update_weights.remote(_state_dict(seed=0), 2).result()
-    assert policy.generate.remote(chat).result().completion_ids == before.completion_ids
-    sync.publish(trainer, 3)
-    again = policy.generate.remote(chat).result()
-    assert again.policy_version == 3 and again.completion_ids == after.completion_ids
-    policy.update_weights.remote(_state_dict(seed=1), 4).result()
-    assert policy.generate.remote(chat).result().completion_ids == after.completion_ids
-    assert sync.epoch == 1
 
 
 def test_streams_tokens_as_vllm_samples_them(vllm_policy) -> None:
@@ -243,3 +224,37 @@ def test_structured_output_follows_the_schema(vllm_policy) -> None:
     with BackgroundServer(make_app(vllm_policy, "tiny")) as url:
         reply = httpx.post(url + "/v1/chat/completions", json=body, timeout=120).json()
     assert json.loads(reply["choices"][0]["message"]["content"])["go"] in ("left", "right")
+
+
+def test_collective_weight_sync_broadcasts_into_vllm_workers(
+    ray_cluster, vllm_policy, weight_store
+) -> None:
+    """``weight_sync.strategy: collective``: the Trainer broadcasts (gloo here, NCCL on GPUs)
+    straight into vLLM's worker; the answers are those of the same weights loaded the other
+    way, from the first request after publish returns, and the group is reused. (The module's
+    Policy, subscribed to the module's WeightStore: its versions are the store's from here.)"""
+    from actors.trainer import Trainer
+    from serve.weight_sync import CollectiveWeightSync
+
+    ray = ray_cluster
+    policy, store = vllm_policy, weight_store
+    # the initial weights (seed 0), whatever a test before left
+    policy.update_weights.remote(_state_dict(seed=0), 0).result()
+    trainer = ray.remote(Trainer).options(num_cpus=0).remote(seed=1)  # other weights than seed 0
+    sync = CollectiveWeightSync(store, replicas=1, backend="gloo", bucket_mib=4.0)
+    chat = _chat("Say something.")
+    before = policy.generate.remote(chat).result()
+    timing = sync.publish(trainer, 1)
+    assert timing["weight_sync_mib"] > 4  # the tiny model's 17 MiB, in several buckets
+    after = policy.generate.remote(chat).result()
+    assert after.policy_version == 1 and after.completion_ids != before.completion_ids
+    policy.update_weights.remote(_state_dict(seed=0), 2).result()
+    assert policy.generate.remote(chat).result().completion_ids == before.completion_ids
+    sync.publish(trainer, 3)
+    again = policy.generate.remote(chat).result()
+    assert again.policy_version == 3 and again.completion_ids == after.completion_ids
+    policy.update_weights.remote(_state_dict(seed=1), 4).result()
+    assert policy.generate.remote(chat).result().completion_ids == after.completion_ids
+    assert sync.epoch == 1
+    policy.update_weights.remote(_state_dict(seed=0), 5).result()  # as the module started
+    ray.kill(trainer)
