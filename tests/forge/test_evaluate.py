@@ -168,50 +168,81 @@ def test_a_name_defined_twice_names_both_files(tmp_path: Path) -> None:
         )
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_forge_eval_compares_agents_by_name(tmp_path: Path) -> None:
-    """A built-in harness (react; each real harness's oracle and noop episodes run in its own
-    test) and three command agents (the ReAct program described by config, from two files) in
-    one table on the oracle policy; overrides after the flags; one rate printed for k=1."""
-    builtin = ["react"]
+BUILTIN = ["react"]
+BY_CONFIG = ["react-by-config", "react-all-tools", "react-shell-only"]
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, Path]:
+    """One ``forge eval`` (its own Ray cluster and Policy: most of its time) of the agents of
+    the two tests below, on the oracle policy: a built-in harness (react; each real harness's
+    oracle and noop episodes run in its own test), three command agents (the ReAct program
+    described by config, from two files) and ``linked``, a command agent whose python is a link
+    to a path its mounts leave out. Returns its stdout, its ``--out`` folder and where the
+    link points."""
+    tmp_path = tmp_path_factory.mktemp("compared")
+    agent, elsewhere = tmp_path / "agent", tmp_path / "elsewhere"
+    (agent / "bin").mkdir(parents=True)
+    elsewhere.mkdir()
+    (elsewhere / "python3").symlink_to(shutil.which("python3") or "/usr/bin/python3")
+    (agent / "bin" / "python").symlink_to(elsewhere / "python3")
+    shutil.copy(ROOT / "forge" / "harnesses" / "react_agent.py", agent / "react_agent.py")
+    linked = _write(
+        tmp_path / "linked.yaml",
+        f"name: linked\nmounts: {{{agent}: /opt/agent}}\n"
+        "command: [/opt/agent/bin/python, /opt/agent/react_agent.py, '{instruction}']\n"
+        "answer: {json_field: final_answer}\n",
+    )
     out = tmp_path / "eval"
     args = [
         "eval",
         str(ROOT / "examples" / "oracle.yaml"),
         "--harness",
-        ",".join(builtin),
+        ",".join(BUILTIN),
         "--harness-config",
         str(ROOT / "examples" / "command-harness.yaml"),
         "--harness-config",
         str(ROOT / "examples" / "command-agents.yaml"),
+        "--harness-config",
+        linked,
         "--tasks",
         "smoke",
         "--out",
         str(out),
         "task_ids=[hello_file,json_extract]",  # an override after the flags
-        "rollout.max_pods=2",
+        # one pod per agent: a pod's start (a Ray worker) costs more than the episodes it runs
+        "rollout.min_pods=1",
+        "rollout.max_pods=1",
     ]
     r = subprocess.run(
         [*FORGE, *args], capture_output=True, text=True, timeout=800, env=_env(), cwd=ROOT
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    names = ["react-by-config", "react-all-tools", "react-shell-only"]
+    return r.stdout, out, elsewhere
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_forge_eval_compares_agents_by_name(compared: tuple[str, Path, Path]) -> None:
+    """The agents of :func:`compared` in one table on the oracle policy; overrides after the
+    flags; one rate printed for k=1."""
+    stdout, out, _ = compared
+    names = BY_CONFIG
     report = json.loads((out / "eval.json").read_text())
-    assert list(report["harnesses"]) == builtin + names
-    assert "| harness | pass@1 |" in r.stdout  # the table is printed
-    for name in builtin + names:
+    assert list(report["harnesses"]) == [*BUILTIN, *names, "linked"]
+    assert "| harness | pass@1 |" in stdout  # the table is printed
+    for name in BUILTIN + names:
         row = report["harnesses"][name]
-        assert row["harness"] == (name if name in builtin else "command"), row
+        assert row["harness"] == (name if name in BUILTIN else "command"), row
         assert row["tasks"] == 2 and row["pass@1"] == 1.0, (name, row)
         assert row["tool_calls"], name  # the oracle used the agent's tools
         episodes = [json.loads(x) for x in (out / name / "episodes.jsonl").read_text().splitlines()]
         assert {e["task_id"] for e in episodes} == {"hello_file", "json_extract"}
         assert {e["harness"] for e in episodes} == {name}
-        assert f"[forge] {name}: pass@1 1.000 (2 episodes, " in r.stdout
+        assert f"[forge] {name}: pass@1 1.000 (2 episodes, " in stdout
         assert f"| {name} | 1.000 |" in (out / "eval.md").read_text()
     assert report["harnesses"]["react-shell-only"]["tool_calls"].keys() <= {"shell", "finish"}
-    assert "pass@1 1.000, pass@1" not in r.stdout
+    assert "pass@1 1.000, pass@1" not in stdout
 
 
 def test_rejections_name_what_the_proxy_refused(tmp_path: Path) -> None:
@@ -235,34 +266,18 @@ def test_rejections_name_what_the_proxy_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_forge_eval_counts_an_agent_whose_interpreter_is_a_link_out_of_its_mount(
-    tmp_path: Path,
+    compared: tuple[str, Path, Path],
 ) -> None:
-    """A command agent whose python is a link to a path its mounts leave out: the attempt fails
-    naming that path, and the summary line counts it (it said "0 episodes")."""
-    agent, elsewhere = tmp_path / "agent", tmp_path / "elsewhere"
-    (agent / "bin").mkdir(parents=True)
-    elsewhere.mkdir()
-    (elsewhere / "python3").symlink_to(shutil.which("python3") or "/usr/bin/python3")
-    (agent / "bin" / "python").symlink_to(elsewhere / "python3")
-    shutil.copy(ROOT / "forge" / "harnesses" / "react_agent.py", agent / "react_agent.py")
-    config = _write(
-        tmp_path / "linked.yaml",
-        f"name: linked\nmounts: {{{agent}: /opt/agent}}\n"
-        "command: [/opt/agent/bin/python, /opt/agent/react_agent.py, '{instruction}']\n"
-        "answer: {json_field: final_answer}\n",
-    )
-    out = tmp_path / "eval"
-    args = ["eval", str(ROOT / "examples" / "oracle.yaml"), "--harness-config", config]
-    args += ["--tasks", "smoke", "--out", str(out), "task_ids=[hello_file]", "rollout.max_pods=1"]
-    r = subprocess.run(
-        [*FORGE, *args], capture_output=True, text=True, timeout=500, env=_env(), cwd=ROOT
-    )
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    """A command agent whose python is a link to a path its mounts leave out (``linked`` of
+    :func:`compared`): each attempt fails naming that path, and the summary line counts them
+    (it said "0 episodes")."""
+    stdout, out, elsewhere = compared
     row = json.loads((out / "eval.json").read_text())["harnesses"]["linked"]
-    assert row["episodes"] == 1 and sum(row["failures"].values()) == 1, row
-    assert "[forge] linked: pass@1 0.000 (1 attempt: 0 scored, 1 failed (" in r.stdout, r.stdout
+    assert row["episodes"] == 2 and sum(row["failures"].values()) == 2, row
+    assert "[forge] linked: pass@1 0.000 (2 attempts: 0 scored, 2 failed (" in stdout, stdout
     missing = f"/opt/agent/bin/python is a link to {elsewhere}/python3, which this sandbox"
     (cause,) = row["failure_causes"]
-    assert missing in cause and f"[forge] linked: 1 failed attempt, {cause}" in r.stdout
+    assert row["failure_causes"][cause] == 2
+    assert missing in cause and f"[forge] linked: 2 failed attempts, {cause}" in stdout
