@@ -7,6 +7,10 @@ react harness in bubblewrap sandboxes, ReplayBuffer, Trainer), while an attempt 
 3. a harness hung past its timeout (the harness inside a running attempt, SIGSTOP),
 4. the Policy replica killed (``ray.kill``; Serve starts another).
 
+The first three hit step 1 of a one-step run (what they test is the pool, the sandbox and the
+attempt's record, whatever the weights' version); the replica is killed in step 2 of two, after
+the trainer has published once, so the replica Serve starts must catch up.
+
 Each run must finish its steps with every attempt on disk exactly once (or dropped with its
 reason) and no sandbox process or directory left; :mod:`tests.chaos.ledger` checks.
 """
@@ -37,8 +41,6 @@ from tests.chaos.procs import (
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.timeout(600)]
-STEPS = 2
-FAULT_STEP = 2  # the trainer has published once: a replaced replica must catch up
 
 
 @pytest.fixture(scope="module")
@@ -65,28 +67,27 @@ def running_harness(root: Path, in_call: bool = False) -> tuple[Proc, dict[str, 
 
 
 def run_with_fault(
-    tmp_path: Path, name: str, fault: Any, **config: Any
+    tmp_path: Path, name: str, fault: Any, steps: int = 1, **config: Any
 ) -> tuple[Audit, dict[str, Any], Any]:
-    """A run of ``STEPS`` steps; at the start of step ``FAULT_STEP``, ``fault(run, root)``
-    runs beside the collection. Returns the audit, the scheduler's final counts and what the
-    fault returned."""
+    """A run of ``steps`` steps; at the start of the last, ``fault(run, root)`` runs beside the
+    collection. Returns the audit, the scheduler's final counts and what the fault returned."""
     from forge.driver import Run
 
-    cfg = runner.config(tmp_path, name, steps=STEPS, **config)
+    cfg = runner.config(tmp_path, name, steps=steps, **config)
     root = Path(cfg.sandbox.root)
     run = Run(cfg)
     injector: runner.InjectorThread | None = None
 
     def arm(step: int) -> None:
         nonlocal injector
-        if step == FAULT_STEP:
+        if step == steps:
             injector = runner.InjectorThread(lambda: fault(run, root))
             injector.start()
 
     try:
         with Observer(root) as observer:
             final = runner.drive(
-                run, STEPS, arm, pending=lambda: bool(injector and injector.is_alive())
+                run, steps, arm, pending=lambda: bool(injector and injector.is_alive())
             )
             injected = injector.result() if injector else None
             # A killed process takes a moment to go: a leak is what is still there after 15s.
@@ -215,7 +216,8 @@ def test_policy_replica_killed(cluster: Any, tmp_path: Path, chaos_row: Any) -> 
         wait_for("the new replica to be running", running, timeout_s=180, every=0.2)
         return {"old": old, "new": new[0], "killed_at": killed_at, "new_at": time.time()}
 
-    audit, final, seen = run_with_fault(tmp_path, "policy-replica-killed", kill_replica)
+    # step 2: the trainer has published once, so the replica Serve starts must catch up
+    audit, final, seen = run_with_fault(tmp_path, "policy-replica-killed", kill_replica, steps=2)
     chaos_row(audit)
     assert_clean(audit)
     assert seen["old"] != seen["new"]
