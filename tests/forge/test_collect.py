@@ -103,7 +103,9 @@ def test_oracle_episodes_then_sft(ray_cluster: Any, tmp_path: Path) -> None:
         assert len(ep.segments) == 1 and 0 < masked < len(ep.segments[0].tokens) / 4, ep.task_id
 
     ckpt = tmp_path / "student"
-    last = train(out, "tiny", ckpt, steps=8, batch=3, eval_every=4)
+    # one episode per update (an update costs its tokens: ~2,000 an episode, most of this
+    # test's time): the curve falls as it does on all three, to 0.69 of its start
+    last = train(out, "tiny", ckpt, steps=8, batch=1, eval_every=4)
     curve = [json.loads(x) for x in (ckpt / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in curve] == list(range(1, 9))
     assert curve[-1]["loss"] < 0.7 * curve[0]["loss"], [r["loss"] for r in curve]
