@@ -45,16 +45,28 @@ def _greedy(state: dict[str, torch.Tensor]) -> list[int]:
     return engine.generate_sync([EngineRequest(prompt, _chat().sampling)])[0].completion_ids
 
 
-@pytest.mark.parametrize("strategy", ["object_store", "collective"])
-def test_publish_reaches_every_replica_and_changes_outputs(ray_cluster, strategy: str):
+@pytest.fixture(scope="module")
+def deployment(ray_cluster):
+    """One Policy deployment of 2 replicas subscribed to one WeightStore, and the trainer whose
+    weights both strategies publish into it (a deployment takes a while here: one for both)."""
     ray = ray_cluster
-    store_name = f"ws-{strategy}"
-    store = ray.remote(WeightStore).options(name=store_name, num_cpus=0).remote()
+    store = ray.remote(WeightStore).options(name="ws-publish", num_cpus=0).remote()
     config = PolicyConfig(
-        engine={"name": "torch"}, replicas=2, num_cpus=0.25, weight_store=store_name
+        engine={"name": "torch"}, replicas=2, num_cpus=0.25, weight_store="ws-publish"
     )
-    handle = deploy_policy(config, f"ws-policy-{strategy}")
+    handle = deploy_policy(config, "ws-policy")
     trainer = ray.remote(PerturbedTrainer).options(num_cpus=0).remote()
+    yield store, handle, trainer
+    ray.kill(trainer)
+
+
+@pytest.mark.parametrize("strategy", ["object_store", "collective"])
+def test_publish_reaches_every_replica_and_changes_outputs(ray_cluster, deployment, strategy: str):
+    ray = ray_cluster
+    store, handle, trainer = deployment
+    # The replicas run the trainer's weights: its initial ones (version 0, a fresh deployment),
+    # or those the other strategy published last.
+    base = ray.get(store.__ray_call__.remote(lambda store: store.version))
     old_ids = _greedy(ray.get(trainer.get_weights.remote()))
 
     async def versions_and_ids(n: int) -> list[tuple[int, list[int]]]:
@@ -62,12 +74,12 @@ def test_publish_reaches_every_replica_and_changes_outputs(ray_cluster, strategy
         return [(c.policy_version, c.completion_ids) for c in outs]
 
     before = asyncio.run(versions_and_ids(8))
-    assert {v for v, _ in before} == {0} and all(ids == old_ids for _, ids in before)
+    assert {v for v, _ in before} == {base} and all(ids == old_ids for _, ids in before)
     if strategy == "object_store":
         sync = ObjectStoreWeightSync(store, replicas=2)
     else:
         sync = CollectiveWeightSync(store, replicas=2, backend="gloo", bucket_mib=1.0)
-    for version in (1, 2):  # the second publish reuses the collective group
+    for version in (base + 1, base + 2):  # the second publish reuses the collective group
         ray.get(trainer.perturb.remote(0.05, version))
         new_ids = _greedy(ray.get(trainer.get_weights.remote()))
         assert new_ids != old_ids  # the perturbation changes greedy output
@@ -86,7 +98,7 @@ def test_publish_reaches_every_replica_and_changes_outputs(ray_cluster, strategy
         assert size <= timing["weight_sync_mib"] * 2**20 < size + 8 * len(weights)
         assert sync.epoch == 1  # one group, made once
     with pytest.raises(ray.exceptions.RayTaskError, match="not newer"):
-        sync.publish(trainer, 2)
+        sync.publish(trainer, base + 2)
 
 
 def _listening(port: int) -> list[str]:
