@@ -112,10 +112,12 @@ def drive(
     before_step: Callable[[int], None] | None = None,
     pending: Callable[[], bool] | None = None,
     max_extra_steps: int = 3,
+    after_step: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """``forge.driver.main``'s loop on ``run``: ``run.one_step`` (collect -> train -> publish
     -> checkpoint) ``steps`` times, each record to metrics.jsonl, then ``finish`` (the last
-    checkpoint and shutdown, whatever happened); ``before_step(step)`` arms a fault. While
+    checkpoint and shutdown, whatever happened); ``before_step(step)`` arms a fault,
+    ``after_step(step)`` looks at the run between a step and the next (or ``finish``). While
     ``pending()`` says the fault has not landed yet, up to ``max_extra_steps`` more steps run
     (a step's samples may all be collected ahead, in the step before: then nothing is running
     for the fault to hit). Returns the scheduler's final counts."""
@@ -132,6 +134,8 @@ def drive(
                 if before_step is not None:
                     before_step(run.step + 1)
                 metrics_file.write(json.dumps(run.one_step(progress)) + "\n")
+                if after_step is not None:
+                    after_step(run.step)
             code = 0
         finally:
             final = finish(run, code)

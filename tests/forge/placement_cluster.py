@@ -34,7 +34,7 @@ import forge  # noqa: F401  (before ray: a loopback-only cluster without auth to
 
 LABEL = "openforge/node"
 LOST = "cpu-a"
-STEPS = 2
+STEPS = 1  # the node is lost in it; the pool is read after it, before the run ends
 GROUP_SIZE = 2
 PLACEMENT = {
     "policy": {"num_gpus": 1, "label_selector": {LABEL: "gpu"}},
@@ -182,11 +182,13 @@ def main(out: Path) -> None:
         def before_step(step: int) -> None:
             if step == 1:
                 injector.start()
-            if step == 2:  # the lost node's pods were replaced, on the nodes that are left
+
+        def after_step(step: int) -> None:
+            if step == 1:  # the lost node's pods were replaced, on the nodes that are left
                 after.update(pods_by_node(run))
 
         with Observer(root) as observer:
-            final = runner.drive(run, STEPS, before_step)
+            final = runner.drive(run, STEPS, before_step, after_step=after_step)
             injector.result()
             poll(lambda: not observer.leaked(), 20, every=0.2)
         report["run_done_s"] = round(time.monotonic() - t0, 1)
