@@ -127,6 +127,11 @@ def _kill_one_harness() -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.full  # ~15 s (~20 s on a loaded machine): -m full. The same two kills run in CI
+# through a whole run, every attempt checked on disk exactly once by the chaos ledger:
+# tests/chaos/test_in_process.py::test_harness_pod_killed_mid_episode (pod_died, retried, its
+# pod replaced) and ::test_sandbox_process_killed (harness_killed_by_policy, scored 0, kept);
+# the counts' identities in tests/actors/test_scheduler_faults.py::test_ray_errors_settle_and_retry
 def test_fault_injection_pod_and_sandbox_killed(ray_cluster, policy, tmp_path):
     """Kill a HarnessPod actor and a sandbox process mid-episode: the run goes on, the pod's
     attempts are retried, nothing is lost or duplicated on disk and the counts add up. The
