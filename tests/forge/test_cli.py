@@ -222,7 +222,9 @@ def test_stalled_collection_is_reported_not_waited_on_forever(tmp_path: Path) ->
         "name=stall",
         "rollout.group_size=1",
         "rollout.groups_per_step=1",
-        "rollout.stall_timeout_s=8",
+        "rollout.min_pods=1",  # one attempt: the quickstart's four pods would only slow the start
+        "rollout.max_pods=1",
+        "rollout.stall_timeout_s=5",  # from request(): its pod is up, the attempt dispatched
         "rollout.attempt_timeout_s=1000",  # the run refuses one shorter than the task needs
     ]
     r = subprocess.run(args, capture_output=True, text=True, timeout=600, env=_env())
