@@ -47,13 +47,34 @@ def weight_store(ray_cluster):
 
 
 @pytest.fixture(scope="module")
-def vllm_policy(ray_cluster, weight_store):
-    """One vLLM Policy for the module (a deployment takes most of a minute to start here),
-    subscribed to ``weight_store`` so the collective test broadcasts into it too."""
-    from serve.policy import deploy_policy
+def deployments(ray_cluster, weight_store):
+    """The module's two vLLM Policies, deployed side by side (``serve.run_many``: a vLLM replica
+    takes most of a minute to start here, much of it one process's imports, so two start
+    together in well under the time of two): ``wait``, the default ``inflight``, subscribed to
+    ``weight_store`` so the collective test broadcasts into it too; and ``abort``. As
+    ``deploy_policy`` does for one."""
+    from ray import serve
 
-    config = PolicyConfig(engine=ENGINE, num_cpus=0.5, weight_store="vllm-ws")
-    return deploy_policy(config, app_name="vllm-test")
+    from serve.policy import policy_app
+
+    configs = {
+        "wait": ("vllm-test", PolicyConfig(engine=ENGINE, num_cpus=0.5, weight_store="vllm-ws")),
+        "abort": (
+            "vllm-abort-test",
+            PolicyConfig(engine={**ENGINE, "inflight": "abort"}, num_cpus=0.5),
+        ),
+    }
+    serve.start(proxy_location="Disabled")
+    targets = [
+        serve.RunTarget(policy_app(config), name=name, route_prefix=None)
+        for name, config in configs.values()
+    ]
+    return dict(zip(configs, serve.run_many(targets), strict=True))
+
+
+@pytest.fixture(scope="module")
+def vllm_policy(deployments):
+    return deployments["wait"]
 
 
 def _state_dict(seed: int):
@@ -116,15 +137,12 @@ def test_a_request_in_flight_during_a_swap_is_not_mixed(vllm_policy) -> None:
     vllm_policy.update_weights.remote(_state_dict(seed=0), version + 2).result()
 
 
-def test_abort_mode_fails_the_request_in_flight_and_serves_the_next(ray_cluster) -> None:
+def test_abort_mode_fails_the_request_in_flight_and_serves_the_next(deployments) -> None:
     """``inflight: abort``: the request in flight during a swap ends as an error (its attempt
     fails) instead of finishing on the old weights; the next request runs on the new ones."""
     import time
 
-    from serve.policy import deploy_policy
-
-    config = PolicyConfig(engine={**ENGINE, "inflight": "abort"}, num_cpus=0.5)
-    policy = deploy_policy(config, app_name="vllm-abort-test")
+    policy = deployments["abort"]
     chat = _chat("Tell a long story.", max_tokens=300)
     policy.generate.remote(_chat("warm up", max_tokens=4)).result()
     long = policy.generate.remote(chat)
