@@ -39,7 +39,10 @@ sandbox, never scored:
   reached it (none in flight): what it was handed, or what its commands did, ended it.
 
 Both None: the harness finished (exit 0); its verifier decides, also after a refused call
-from which the harness recovered. A wrong answer is reward 0 with neither.
+from which the harness recovered. A harness that exits 0 after its last answer was cut at the
+token limit or held an unparseable tool call still ends ``token_limit`` or
+``unparseable_tool_call``: what it finished with is not what the model meant. A wrong answer
+is reward 0 with neither.
 """
 
 from __future__ import annotations
@@ -87,6 +90,16 @@ def _policy_refusal(state: AttemptState, delivered: int) -> str | None:
     return None
 
 
+def _cut(last: Any) -> str | None:
+    """``token_limit`` or ``unparseable_tool_call`` when the last answer delivered was cut at
+    the token limit or held tool calls that could not be parsed."""
+    if last is not None and last.finish_reason == "length":
+        return "token_limit"
+    if last is not None and last.invalid_tool_calls:
+        return "unparseable_tool_call"
+    return None
+
+
 def classify_end(
     result: ExecResult | None, state: AttemptState, max_turns: int, stalled: bool = False
 ) -> tuple[str | None, str | None]:
@@ -109,21 +122,19 @@ def classify_end(
         if state.turns:
             return None, "timeout"
         return ("proxy_rejected" if state.refusals else "harness_hung"), None
+    last = delivered[-1] if delivered else None
     if result.exit_code == 0:  # finished: the verifier decides, unless nothing got through
         if state.refusals and not delivered and by_policy is None:
             return "proxy_rejected", None
-        return None, None
+        return None, _cut(last)  # or its last answer was cut or unparseable
     if by_policy:
         return None, by_policy
     if result.exit_code < 0 or result.exit_code > 128:  # a signal
         return (None, "harness_killed_by_policy") if delivered else ("harness_killed", None)
     if len(delivered) >= max_turns:
         return None, "turn_limit"
-    last = delivered[-1] if delivered else None
-    if last is not None and last.finish_reason == "length":
-        return None, "token_limit"
-    if last is not None and last.invalid_tool_calls:
-        return None, "unparseable_tool_call"
+    if _cut(last):
+        return None, _cut(last)
     if state.refusals:  # the proxy refused what the harness sent: not the harness's own crash
         return "proxy_rejected", None
     if last is not None and state.turns[-1].delivered and not state.waiting_at_close:

@@ -7,7 +7,9 @@ tool or its command-line tool: :mod:`serve.engines.scripted_services`), one step
 call, then
 answers (through a ``finish``-style tool if there is one). With no script, or ``mode="noop"``,
 it never calls a tool. Its text is tokenized with the configured model's tokenizer, so its
-records have exactly the shape of a real model's.
+records have exactly the shape of a real model's. A solution step is not a sampled turn: the
+per-turn token limit does not cut it (a Harbor task's whole ``solve.sh`` is one step), unless the
+engine was given a context to fill; its answer and the no-op are cut as a model's would be.
 
 It follows each tool's contract (:mod:`serve.engines.scripted_tools`): a file step goes through
 the write tool with the tool's own parameter names and path convention, and when the result of
@@ -165,13 +167,18 @@ def _failed(call: ToolCall, result: Message | None, writer: Writer | None) -> bo
 
 def next_action(chat: ChatRequest, mode: str = "oracle") -> str:
     """The completion text for this point of the conversation."""
+    return _action(chat, mode)[0]
+
+
+def _action(chat: ChatRequest, mode: str) -> tuple[str, bool]:
+    """The completion text, and whether it performs a step of the task's solution."""
     if is_browser_use(chat):  # browser-use's own JSON (AgentOutput), not tool calls
-        return browser_use_reply(chat, mode, NOOP_ANSWER)
+        return browser_use_reply(chat, mode, NOOP_ANSWER), False
     script = chat.script or {}
     steps = list(script.get("steps") or [])
     answer = script.get("answer") or "Done."
     if mode == "noop" or chat.script is None:
-        return NOOP_ANSWER
+        return NOOP_ANSWER, False
     workspace = workspace_of(chat)
     writer = find_write_tool(chat.tools)
     history = calls_with_results(chat.messages)
@@ -190,12 +197,12 @@ def next_action(chat: ChatRequest, mode: str = "oracle") -> str:
             step, tries = due(step + 1), 0
     call_id = f"call_{len(history)}"
     if step < len(steps):
-        return render_assistant("", [replace(ways[step][tries], id=call_id)])
+        return render_assistant("", [replace(ways[step][tries], id=call_id)]), True
     if step == len(steps):
         call = finish_call(chat.tools, answer, call_id, _submit_marker(chat))
         if call is not None:
-            return render_assistant("", [call])
-    return answer
+            return render_assistant("", [call]), False
+    return answer, False
 
 
 class ScriptedEngine:
@@ -212,10 +219,10 @@ class ScriptedEngine:
     def _one(self, request: EngineRequest) -> EngineOutput:
         if request.chat is None:
             raise ValueError("the scripted engine needs the chat request")
-        text = next_action(request.chat, self.mode)
+        text, step = _action(request.chat, self.mode)
         ids = self.tokenizer(text, add_special_tokens=False).input_ids
         limit = request.sampling.max_tokens
-        if len(ids) >= limit:
+        if len(ids) >= limit and not (step and self.max_context is None):
             return EngineOutput(ids[:limit], [0.0] * limit, "length")
         ids = [*ids, self.tokenizer.eos_token_id]
         return EngineOutput(ids, [0.0] * len(ids), "stop")

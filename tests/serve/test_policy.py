@@ -53,7 +53,13 @@ class FixedTextEngine:
     async def generate(self, requests: list[EngineRequest]) -> list[EngineOutput]:
         ids = [*self.tokenizer(self.text, add_special_tokens=False).input_ids]
         ids.append(self.tokenizer.eos_token_id)
-        return [EngineOutput(list(ids), [-0.25] * len(ids), "stop") for _ in requests]
+        return [self._cut(ids, r.sampling.max_tokens) for r in requests]
+
+    @staticmethod
+    def _cut(ids: list[int], limit: int) -> EngineOutput:
+        if len(ids) > limit:
+            return EngineOutput(ids[:limit], [-0.25] * limit, "length")
+        return EngineOutput(list(ids), [-0.25] * len(ids), "stop")
 
     def load_weights(self, state_dict: dict[str, Any]) -> None:
         pass
@@ -104,6 +110,7 @@ def test_tool_calls_parsed_only_when_tools_are_offered() -> None:
 
 def test_length_finish_is_kept_even_with_a_call_in_the_text() -> None:
     policy = scripted_policy()
+    policy.engine = FixedTextEngine(policy.tokenizer, CALL_TEXT)
     out = asyncio.run(policy.generate(chat(tools=[SHELL], max_tokens=4)))
     assert out.finish_reason == "length"
     assert len(out.completion_ids) == 4

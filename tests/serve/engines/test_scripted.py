@@ -174,6 +174,27 @@ def test_plain_answer_completion_and_max_tokens(engine: ScriptedEngine) -> None:
     assert len(cut.logprobs) == 5
 
 
+def test_a_long_solution_step_is_not_cut_at_the_turn_limit(engine: ScriptedEngine) -> None:
+    """A solution step is not a sampled turn (issue 32: Harbor's solve.sh, inlined, is one step
+    of up to ~96k characters); the answer after it is cut as a model's would be."""
+    long_step = "printf '%s' " + "x" * 4000 + " > out.txt"
+    script = {"steps": [long_step], "answer": "wrote out.txt " * 20}
+    tools = [tool("shell", "command")]
+    first = ChatRequest(messages=[Message("user", "go")], tools=tools, script=script)
+    out = generate(engine, first, max_tokens=16)
+    assert out.finish_reason == "stop" and len(out.completion_ids) > 16
+    text = engine.tokenizer.decode(out.completion_ids, skip_special_tokens=True)
+    _, [call] = parse_tool_calls(text)
+    assert json.loads(call.arguments) == {"command": long_step}
+    done = [
+        *first.messages,
+        Message("assistant", "", tool_calls=[call]),
+        Message("tool", "ok", tool_call_id=call.id),
+    ]
+    answer = generate(engine, ChatRequest(messages=done, tools=tools, script=script), 16)
+    assert answer.finish_reason == "length" and len(answer.completion_ids) == 16
+
+
 def test_engine_needs_the_chat_request(engine: ScriptedEngine) -> None:
     req = EngineRequest([1], SamplingParams(max_tokens=8), None)
     with pytest.raises(ValueError, match="chat request"):
