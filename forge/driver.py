@@ -33,17 +33,16 @@ from forge.episode_images import write_images
 from forge.harnesses.install import HarnessNotInstalled
 from forge.harnesses.registry import require
 from forge.images.task import TaskImageError
-from forge.images.task import prepare as prepare_task_images
 from forge.observe import metrics
 from forge.observe.console import attach_run_log, quiet_libraries, run_log_path
 from forge.observe.loggers import LoggerMissing, MetricsLog
 from forge.observe.loggers import require as require_loggers
 from forge.observe.progress import Progress
-from forge.outcome import check_attempt_timeout
 from forge.sandboxes.bwrap import IsolationUnavailable
 from forge.sandboxes.registry import check_isolation, reap_sandboxes
+from forge.task_set import Problem, load_tasks, playable
 from tasks.harbor import refuse_for_training
-from tasks.loader import TaskError, load_suite
+from tasks.loader import TaskError
 
 log = logging.getLogger(__name__)
 STATE_FILE = "trainer_state.json"
@@ -93,17 +92,14 @@ class Run:
         (self.dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(), sort_keys=False))
         require(config.harness, config.harness_options)  # a missing harness stops the run now
         check_isolation(config.sandbox, config.proxy)  # so does an unusable sandbox backend
-        self.tasks = [t.model_dump() for t in load_suite(config.tasks)]
-        if config.task_ids:
-            self.tasks = [t for t in self.tasks if t["id"] in set(config.task_ids)]
+        skipped: list[Problem] = []  # tasks that cannot play: said, recorded, left out
+        self.tasks = load_tasks(config.tasks, config.task_ids, skipped)
         refuse_for_training(self.tasks)  # tests that run the agent's code: eval only
-        eval_suite = config.eval_tasks or config.tasks
-        self.eval_tasks = [t.model_dump() for t in load_suite(eval_suite)]
-        for t in self.tasks + self.eval_tasks:
-            t["limits"].update(config.task_limits)
-        check_attempt_timeout(config.rollout.attempt_timeout_s, self.tasks + self.eval_tasks)
+        self.eval_tasks = load_tasks(config.eval_tasks or config.tasks, [], skipped)
         say = lambda m: print(f"[forge] {m}", flush=True)  # noqa: E731
-        prepare_task_images(self.tasks + self.eval_tasks, config.sandbox, say)
+        self.tasks, self.eval_tasks = playable(
+            [self.tasks, self.eval_tasks], config, skipped, self.dir, say
+        )
         r = config.rollout
         placed = {kind: config.actor_options(kind) for kind in KINDS}
         mode = init_ray(num_cpus=max(os.cpu_count() or 1, config.cpus_needed()))

@@ -49,9 +49,9 @@ from forge.harnesses.install import HarnessNotInstalled
 from forge.harnesses.registry import HARNESSES, require
 from forge.observe.analyze_services import service_rates, services_table
 from forge.observe.fidelity import wire_fidelity
-from forge.outcome import check_attempt_timeout
 from forge.sandboxes.bwrap import IsolationUnavailable
 from forge.sandboxes.registry import check_isolation
+from forge.task_set import Problem, load_tasks, playable
 from forge.types import Episode
 
 PROGRESS_EVERY_S = 15.0
@@ -281,9 +281,7 @@ def summary(name: str, r: dict[str, Any]) -> str:
 def evaluate(config: RunConfig, agents: list[Agent], k: int, out: Path) -> dict[str, Any]:
     from actors.replay_buffer import ReplayBuffer
     from actors.scheduler import Scheduler
-    from forge.images.task import prepare as prepare_task_images
     from serve.policy import deploy_policy
-    from tasks.loader import load_suite
 
     runs = {}
     for agent in agents:
@@ -296,13 +294,11 @@ def evaluate(config: RunConfig, agents: list[Agent], k: int, out: Path) -> dict[
             raise ValueError(f"{agent.source} {agent.name}: {error_line(e.errors()[0])}") from None
         require(agent.harness, agent.options)  # stops before anything starts
     check_isolation(config.sandbox, config.proxy)  # so does a host that cannot isolate sandboxes
-    tasks = [t.model_dump() for t in load_suite(config.tasks)]
-    if config.task_ids:
-        tasks = [t for t in tasks if t["id"] in set(config.task_ids)]
-    for t in tasks:
-        t["limits"].update(config.task_limits)
-    check_attempt_timeout(config.rollout.attempt_timeout_s, tasks)  # evaluate runs the same
-    prepare_task_images(tasks, config.sandbox, lambda m: print(f"[forge] {m}", flush=True))
+    skipped: list[Problem] = []  # tasks that cannot play: said, recorded, left out
+    say = lambda m: print(f"[forge] {m}", flush=True)  # noqa: E731
+    [tasks] = playable(
+        [load_tasks(config.tasks, config.task_ids, skipped)], config, skipped, out, say
+    )
     init_ray(
         num_cpus=max(os.cpu_count() or 1, *(r.cpus_needed(trainer=False) for r in runs.values()))
     )

@@ -18,6 +18,7 @@ _FROM = re.compile(
 )
 _ARG = re.compile(r"^\s*ARG\s+(?P<name>\w+)(?:=(?P<value>\S*))?\s*$", re.IGNORECASE)
 _WORKDIR = re.compile(r"^\s*WORKDIR\s+(?P<path>.+?)\s*$", re.IGNORECASE)
+_COPY_FROM = re.compile(r"^(?P<lead>\s*(?:COPY|ADD)\s+(?:--\S+\s+)*?--from=)(?P<src>\S+)", re.I)
 
 
 class DockerfileError(ValueError):
@@ -54,8 +55,9 @@ def _substitute(image: str, args: dict[str, str]) -> str:
 
 
 def rewrite_from(text: str, resolve: Callable[[str], str]) -> tuple[str, list[str]]:
-    """``text`` with each ``FROM`` image (not a previous stage's name) replaced by
-    ``resolve(image)``; and the images it named, in order. ``resolve`` raises to refuse one."""
+    """``text`` with each ``FROM`` image and ``COPY --from=`` image (not a previous stage's
+    name or index) replaced by ``resolve(image)``; and the images it named, in order.
+    ``resolve`` raises to refuse one."""
     args: dict[str, str] = {}
     stages: set[str] = set()
     seen_from = False
@@ -69,7 +71,7 @@ def rewrite_from(text: str, resolve: Callable[[str], str]) -> tuple[str, list[st
         if m is None:
             if line.lstrip().upper().startswith("FROM"):
                 raise DockerfileError(f"cannot read {line.strip()!r}")
-            out.append(line)
+            out.append(_rewrite_copy_from(line, stages, resolve, images))
             continue
         seen_from = True
         image = _substitute(m["image"], args)
@@ -82,6 +84,17 @@ def rewrite_from(text: str, resolve: Callable[[str], str]) -> tuple[str, list[st
     if not images and not stages:
         raise DockerfileError("no FROM line")
     return "\n".join(out) + "\n", images
+
+
+def _rewrite_copy_from(
+    line: str, stages: set[str], resolve: Callable[[str], str], images: list[str]
+) -> str:
+    """A ``COPY``/``ADD --from=IMAGE`` line with its image resolved (a stage stays as it is)."""
+    m = _COPY_FROM.match(line)
+    if m is None or m["src"].lower() in stages or m["src"].isdigit():
+        return line
+    images.append(m["src"])
+    return f"{m['lead']}{resolve(m['src'])}{line[m.end() :]}"
 
 
 def final_workdir(text: str, default: str = "/app") -> str:

@@ -130,8 +130,8 @@ def load_task(folder: Path) -> Task:
         "instruction.md": folder / "instruction.md",
         "tests/test.sh": folder / "tests" / "test.sh",
     }
-    if config.steps:
-        problems.append((str(folder / CONFIG), "steps", "multi-step tasks are not supported"))
+    if config.steps:  # its instructions and tests are per step: nothing else applies
+        raise TaskError([(str(folder / CONFIG), "steps", "multi-step tasks are not supported")])
     env_cfg = config.environment
     dockerfile = folder / "environment" / "Dockerfile"
     compose = [p.name for p in (folder / "environment").glob("docker-compose.y*ml")]
@@ -240,8 +240,10 @@ def refuse_for_training(tasks: list[dict[str, Any]]) -> None:
         )
 
 
-def load(name: str) -> list[Task]:
-    """The tasks of ``harbor:PATH``; every folder's problems are reported together."""
+def load(name: str, skipped: list[tuple[str, str, str]] | None = None) -> list[Task]:
+    """The tasks of ``harbor:PATH``; every folder's problems are reported together: raised as
+    one TaskError, or, given ``skipped``, added to it while the folders that load are returned
+    (a set of someone else's tasks plays without its bad folders; none loading still raises)."""
     root = Path(name.removeprefix(PREFIX)).expanduser()
     tasks: list[Task] = []
     problems: list[tuple[str, str, str]] = []
@@ -259,6 +261,8 @@ def load(name: str) -> list[Task]:
             continue
         owner[task.id] = folder
         tasks.append(task)
-    if problems:
+    if problems and (skipped is None or not tasks):
         raise TaskError(problems)
+    if skipped is not None:
+        skipped.extend(problems)
     return tasks

@@ -114,13 +114,16 @@ def resolve_suite(name_or_path: str | PathLike[str]) -> list[Path]:
     return files
 
 
-def load_suite(name_or_path: str | PathLike[str]) -> list[Task]:
+def load_suite(
+    name_or_path: str | PathLike[str], skipped: list[tuple[str, str, str]] | None = None
+) -> list[Task]:
     """Load every task of a suite; ids must be unique across all its files. A generated suite's
     name (``claw-gen/train``: :mod:`tasks.claw_gen`) builds its tasks instead, and
-    ``harbor:PATH`` reads Harbor-format task folders (:mod:`tasks.harbor`)."""
+    ``harbor:PATH`` reads Harbor-format task folders (:mod:`tasks.harbor`; given ``skipped``,
+    a folder that cannot load is added to it and the rest load)."""
     text = str(name_or_path)
     if harbor.is_harbor(text):
-        return harbor.load(text)
+        return harbor.load(text, skipped)
     if claw_gen.is_generated(text) and not Path(text).exists():
         try:
             return claw_gen.load(text)

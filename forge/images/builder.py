@@ -4,6 +4,7 @@ the base and harness images on a Docker daemon; and whether a daemon has an imag
 
 from __future__ import annotations
 
+import collections
 import io
 import os
 import shutil
@@ -34,6 +35,8 @@ from forge.images.tags import (
     rootfs_tag,
 )
 from serve.models import cache_dir
+
+BUILD_TAIL_LINES = 12  # a failed build's last output lines, in its error
 
 
 def rootfs_tar(progress: Progress = print, force: bool = False, gui: bool = False) -> Path:
@@ -168,12 +171,18 @@ def build_context(
             decode=True,
             timeout=timeout_s,
         )
+        last: collections.deque[str] = collections.deque(maxlen=BUILD_TAIL_LINES)
         for chunk in stream:
             if "error" in chunk:
-                raise RuntimeError(f"building {tag}: {chunk['error']}")
-            line = str(chunk.get("stream", "")).strip()
-            if line.startswith("Step "):
-                progress(f"{tag}: {line}")
+                tail = "".join(f"\n  | {line}" for line in last)
+                raise RuntimeError(
+                    f"building {tag}: {str(chunk['error']).strip()}"
+                    + (f"; the build's last lines:{tail}" if tail else "")
+                )
+            text = str(chunk.get("stream", ""))
+            last.extend(line for line in text.splitlines() if line.strip())
+            if text.strip().startswith("Step "):
+                progress(f"{tag}: {text.strip()}")
     if alias:
         client.images.get(tag).tag(*alias.rsplit(":", 1))
 

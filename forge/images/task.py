@@ -53,7 +53,7 @@ def resolver(client: Any, aliases: dict[str, str], where: str) -> Any:
             return image
         known = ", ".join(f"{p} -> {t}" for p, t in aliases.items()) or "none"
         raise TaskImageError(
-            f"{where}: FROM {image}: no image registry is reachable and no alias maps this base "
+            f"{where}: image {image}: the Docker daemon does not have it and no alias maps it "
             f"(sandbox.image_aliases: {known}); build or load {image} into the Docker daemon, "
             "or map it to a local image"
         )
@@ -78,17 +78,37 @@ def _context_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
 
-def plan(env: dict[str, Any], aliases: dict[str, str], client: Any = None) -> tuple[str, str]:
-    """``(tag, dockerfile)`` of the task image of ``env`` (a ``tasks.schema.Environment`` as
-    data); TaskImageError when its Dockerfile cannot be read or a base cannot be had."""
+def _prebuilt(
+    env: dict[str, Any], aliases: dict[str, str], client: Any, dockerfile: Path
+) -> tuple[str | None, str]:
+    """The task's prebuilt image (Harbor's ``docker_image``) resolved, or None when it cannot
+    be had here and its Dockerfile can be built instead; and a note saying which."""
+    image = env.get("image")
+    if not image:
+        return None, ""
+    try:
+        where = f"{dockerfile.parent.parent}: docker_image"
+        return resolver(client, aliases, where)(image), ""
+    except TaskImageError as e:
+        if not dockerfile.is_file():
+            raise TaskImageError(f"{e} (and the task has no {dockerfile.name} to build)") from None
+        return None, f"docker_image {image} is not here: building {dockerfile} instead"
+
+
+def plan(env: dict[str, Any], aliases: dict[str, str], client: Any = None) -> tuple[str, str, str]:
+    """``(tag, dockerfile, note)`` of the task image of ``env`` (a ``tasks.schema.Environment``
+    as data): its prebuilt image (``image``) when the daemon has it or an alias maps it, else
+    its Dockerfile built (``note`` says so); TaskImageError when the Dockerfile cannot be read
+    or an image it names cannot be had."""
     folder = Path(env["context"])
     path = folder / env.get("dockerfile", "Dockerfile")
+    image, note = _prebuilt(env, aliases, client, path)
     try:
-        text = f"FROM {env['image']}\n" if env.get("image") else path.read_text(encoding="utf-8")
+        text = f"FROM {image}\n" if image else path.read_text(encoding="utf-8")
     except OSError as e:
         raise TaskImageError(f"{path}: cannot read: {e}") from None
     try:
-        rewritten, _ = rewrite_from(text, resolver(client, aliases, str(path)))
+        rewritten = text if image else rewrite_from(text, resolver(client, aliases, str(path)))[0]
     except DockerfileError as e:
         raise TaskImageError(f"{path}: {e}") from None
     dockerfile = rewritten + _tail(env)
@@ -100,7 +120,7 @@ def plan(env: dict[str, Any], aliases: dict[str, str], client: Any = None) -> tu
     for rel in sorted(tree):
         h.update(f"\0{rel}\0".encode() + tree[rel])
     name = re.sub(r"[^a-z0-9._-]+", "-", folder.parent.name.lower()).strip("-._") or "task"
-    return f"{images.REPO}/task-{name[:60]}:{h.hexdigest()[:12]}", dockerfile
+    return f"{images.REPO}/task-{name[:60]}:{h.hexdigest()[:12]}", dockerfile, note
 
 
 @contextlib.contextmanager
@@ -123,12 +143,14 @@ def ensure(
 ) -> str:
     """The task image of ``env`` in the daemon, built when missing (the base image too, when
     an alias needs it); returns its tag."""
-    tag, dockerfile = plan(env, aliases, client)
+    tag, dockerfile, note = plan(env, aliases, client)
     if builder.has_image(client, tag):
         return tag
     with _build_lock(tag):
         if builder.has_image(client, tag):
             return tag
+        if note:
+            progress(note)
         if images.base_tag() in dockerfile:
             builder.build_base(client, progress)
         folder = Path(env["context"])
@@ -143,7 +165,7 @@ def ensure(
                 client, tag, context, progress, None, timeout_s=env.get("build_timeout_s")
             )
         except Exception as e:
-            raise TaskImageError(f"{folder}: building {tag}: {e}") from e
+            raise TaskImageError(f"{folder}: {e}") from e
         progress(f"{tag}: built in {time.monotonic() - t0:.1f}s")
     return tag
 
@@ -154,13 +176,16 @@ def image_env(client: Any, tag: str) -> dict[str, str]:
     return dict(p.split("=", 1) for p in pairs if "=" in p)
 
 
-def prepare(tasks: list[dict[str, Any]], sandbox: Any, progress: images.Progress = print) -> int:
+def prepare(
+    tasks: list[dict[str, Any]], sandbox: Any, progress: images.Progress = print
+) -> list[tuple[str, str, str]]:
     """Before a run: refuse tasks with their own image on a backend that cannot build it, and
-    build their images now (a base that cannot be had stops the run here, naming the task's
-    Dockerfile, instead of failing every attempt). Returns how many task images there are."""
+    build their images now. A task whose image cannot be had (a base no alias provides, a
+    failed build) is returned as ``(task id, "image", why)``, the build's last lines in
+    ``why``, for the caller to skip: one bad task never stops the rest."""
     own = [t for t in tasks if t.get("environment")]
     if not own:
-        return 0
+        return []
     if sandbox.backend != "docker":
         names = ", ".join(t["id"] for t in own[:3]) + (", ..." if len(own) > 3 else "")
         raise TaskImageError(
@@ -171,9 +196,14 @@ def prepare(tasks: list[dict[str, Any]], sandbox: Any, progress: images.Progress
 
     client = client_for(sandbox.docker_host)
     t0 = time.monotonic()
-    tags = set()
+    failed: list[tuple[str, str, str]] = []
     for i, task in enumerate(own, 1):
-        tags.add(ensure(client, task["environment"], sandbox.image_aliases, progress))
+        try:
+            ensure(client, task["environment"], sandbox.image_aliases, progress)
+        except TaskImageError as e:
+            failed.append((task["id"], "image", str(e)))
         if i % 10 == 0 or i == len(own):
-            progress(f"task images: {i}/{len(own)} ready ({time.monotonic() - t0:.0f}s)")
-    return len(tags)
+            progress(
+                f"task images: {i - len(failed)}/{len(own)} ready ({time.monotonic() - t0:.0f}s)"
+            )
+    return failed

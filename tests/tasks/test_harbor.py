@@ -80,6 +80,32 @@ def test_bad_folders_are_refused_naming_the_file_and_field(tmp_path: Path):
     assert f"{three / 'environment' / 'Dockerfile'}: WORKDIR:" in text
 
 
+def test_a_run_plays_the_folders_that_load_and_reports_the_rest(tmp_path: Path):
+    """A set someone else wrote plays without its bad folders (issue 32): a multi-step task
+    is refused with that reason alone (not "instruction.md: missing"), a folder missing its
+    tests names the file; the others load. With none left it is an error again."""
+    _copy(tmp_path, to="good")
+    multi = _copy(tmp_path, to="multi")
+    (multi / "instruction.md").unlink()  # a multi-step task's instructions are per step
+    with (multi / "task.toml").open("a") as f:
+        f.write('\n[[steps]]\nname = "one"\n')
+    broken = _copy(tmp_path, to="broken")
+    (broken / "tests" / "test.sh").unlink()
+    skipped: list[tuple[str, str, str]] = []
+    tasks = load_suite(f"harbor:{tmp_path / 'set'}", skipped)
+    assert [t.id for t in tasks] == ["good"]
+    assert sorted(skipped) == [
+        (str(broken), "tests/test.sh", "missing"),
+        (str(multi / "task.toml"), "steps", "multi-step tasks are not supported"),
+    ]
+    with pytest.raises(TaskError, match="multi-step tasks are not supported") as err:
+        load_suite(f"harbor:{tmp_path / 'set'}")  # no list given: every problem is an error
+    assert "instruction.md" not in str(err.value)
+    shutil.rmtree(tmp_path / "set" / "good")
+    with pytest.raises(TaskError, match=r"tests/test\.sh: missing"):
+        load_suite(f"harbor:{tmp_path / 'set'}", [])  # nothing left to play
+
+
 def test_ids_are_made_from_folder_names_and_must_be_unique(tmp_path: Path):
     _copy(tmp_path, to="Fix It")
     _copy(tmp_path, to="fix-it")
