@@ -37,7 +37,7 @@ from forge.sandboxes.base import ExecResult, SandboxSpec
 from forge.sandboxes.registry import sandbox_for
 from forge.trajectory import assemble
 from forge.types import Episode
-from rewards.runner import run_verifier
+from rewards.runner import run_verifier, verifier_seconds, verifies_in_place
 from tasks.schema import Task
 from tasks.webapps.hosted import PAGE_KEY_ENV, Hosted
 
@@ -151,10 +151,12 @@ async def run_attempt(
     pages = Hosted(task, armed=bool(getattr(harness, "opens_start_url", False)))
     start = time.perf_counter()
     cap_s = harness_cap_s(task, attempt_timeout_s)
+    in_place = verifies_in_place(task)
     labels = {"run": pod.run, "pod": pod.pod_id, "episode": episode_id, "attempt": str(attempt)}
     spec = SandboxSpec(
         labels=labels,
-        deadline_s=cap_s + SANDBOX_SLACK_S,
+        # verified in place (Harbor's mode): the sandbox outlives the tests too
+        deadline_s=cap_s + SANDBOX_SLACK_S + (verifier_seconds(task) if in_place else 0.0),
         ro_mounts={**harness.ro_mounts(), **services.mounts(task), **app_mounts(task)},
         proxy_socket=pod.socket_path,
         proxy_tcp=f"{pod.host}:{pod.port}",
@@ -179,6 +181,7 @@ async def run_attempt(
     result: ExecResult | None = None
     answer: str | None = None
     reward, detail, error = 0.0, "", ""
+    outputs: dict[str, str] = {}
     try:
         await asyncio.to_thread(sandbox.create, spec)
         if script is not None:  # the oracle writes absolute paths where a tool demands them
@@ -245,7 +248,7 @@ async def run_attempt(
             verdict = await asyncio.to_thread(
                 run_verifier, task, sandbox, answer, new_sandbox, labels, apps=apps
             )
-            reward, detail = verdict.reward, verdict.detail
+            reward, detail, outputs = verdict.reward, verdict.detail, verdict.outputs
     except Exception as e:
         failure, error = "verifier_error", f"{type(e).__name__}: {e}"
     finally:
@@ -273,6 +276,7 @@ async def run_attempt(
         segments=segments,
         reset_reasons=resets,
         verifier_detail=detail or (f"truncated: {truncated}" if truncated else ""),
+        verifier_outputs=outputs,
         duration_s=time.perf_counter() - start,
         harness_exit_code=result.exit_code if result else None,
         harness_log=log_text,

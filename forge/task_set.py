@@ -18,6 +18,7 @@ from typing import Any
 from forge.images.task import prepare as prepare_task_images
 from forge.outcome import check_attempt_timeout
 from tasks.errors import TaskError
+from tasks.harbor import set_verify_mode
 from tasks.loader import load_suite
 
 SKIPPED_FILE = "skipped_tasks.jsonl"
@@ -41,13 +42,16 @@ def playable(
     say: Callable[[str], None],
 ) -> list[list[dict[str, Any]]]:
     """Each group of tasks (a run's training and evaluation sets) with ``config.task_limits``
-    laid over their limits, the attempt's time checked against them (a ConfigError names the
-    field), their images built; a task whose image cannot be had joins ``skipped``. What was
-    skipped is written to ``folder/skipped_tasks.jsonl`` and said; a group left empty raises
-    TaskError with every reason."""
+    laid over their limits and ``config.harbor_verify`` over their Harbor tests' mode, the
+    attempt's time checked against them (a ConfigError names the field), their images built; a
+    task whose image cannot be had joins ``skipped``. What was skipped is written to
+    ``folder/skipped_tasks.jsonl`` and said; a group left empty raises TaskError with every
+    reason."""
     every = [t for group in groups for t in group]
     for t in every:
         t["limits"].update(config.task_limits)
+        if config.harbor_verify != "task":
+            set_verify_mode(t, config.harbor_verify)
     check_attempt_timeout(config.rollout.attempt_timeout_s, every)
     skipped.extend(prepare_task_images(every, config.sandbox, say))
     gone = {why[0] for why in skipped}

@@ -210,6 +210,9 @@ class Episode:
     segments: list[Segment] = field(default_factory=list)
     reset_reasons: dict[str, int] = field(default_factory=dict)
     verifier_detail: str = ""
+    # what the verifier's run wrote (Harbor's test-stdout.txt, ctrf.json) and what the agent
+    # changed on the system outside its workdir (system_changes), by name
+    verifier_outputs: dict[str, str] = field(default_factory=dict)
     duration_s: float = 0.0
     harness_exit_code: int | None = None
     harness_log: str = ""

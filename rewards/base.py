@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from forge.sandboxes.base import Sandbox
@@ -12,6 +12,9 @@ from forge.sandboxes.base import Sandbox
 class Verdict:
     reward: float  # 1.0 right, 0.0 wrong (partial credit only where a verifier says so)
     detail: str = ""
+    # What the verifier's own run printed or wrote, by name (Harbor's test stdout, ctrf.json),
+    # and what the agent changed outside its workdir: kept with the episode, shown by the viewer
+    outputs: dict[str, str] = field(default_factory=dict)
 
 
 class Verifier(Protocol):

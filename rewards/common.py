@@ -80,7 +80,8 @@ class AllOf:
         """The lowest reward; the details of all, numbered."""
         reward = min(v.reward for v in verdicts)
         detail = "; ".join(f"[{i}] {v.detail}" for i, v in enumerate(verdicts))
-        return Verdict(reward=reward, detail=detail)
+        outputs = {f"[{i}] {k}": t for i, v in enumerate(verdicts) for k, t in v.outputs.items()}
+        return Verdict(reward=reward, detail=detail, outputs=outputs)
 
 
 def read_text(sandbox: Sandbox, path: str) -> tuple[str | None, str]:

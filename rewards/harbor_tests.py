@@ -1,26 +1,41 @@
 """Harbor tests: a Harbor task's ``tests/test.sh``, run as Harbor runs it, scored by the reward
 file it writes, when the run ended normally.
 
-In an episode it runs in a verifier sandbox of its own (:mod:`rewards.runner`): a fresh
-container of the task's image (not the agent's container: no process of the agent's is left,
-nothing it changed outside its workdir carries over) whose workdir holds a copy of the agent's
-final workdir. Then, as root:
+Where it runs (:mod:`rewards.runner`), by :attr:`HarborTests.in_place`:
 
-1. the tests are copied to ``/tests`` (staged first in the sandbox's random verifier folder),
+- **in place** (Harbor's mode, the default): in the agent's own container once the harness
+  has exited, as its authors expect: every file, process-free state and installed binary the
+  agent left is there, so tests that check a service's files, a binary outside the workdir or
+  the system state pass for a correct agent.
+- **sealed**: in a fresh container of the task's image whose workdir holds a copy of the
+  agent's final workdir: nothing it changed outside its workdir carries over, and the tests
+  run with the interpreter settings of :data:`rewards.command.INTERPRETER_ENV` (no module
+  shadows, ``sitecustomize``, ``.pth`` files); some tests then cannot pass (a sibling-module
+  import under ``PYTHONSAFEPATH``, a check outside the workdir).
+
+Either way, as root:
+
+1. every process still running in the sandbox is killed (the agent's daemons; in place, the
+   harness has exited already), so nothing the agent started runs beside the tests; the
+   image's ``ENTRYPOINT`` and its services are spared (they run in a session of their own
+   that no process of the agent's can join: :mod:`forge.sandboxes.task_services`);
+2. the tests are copied to ``/tests`` (staged first in the sandbox's random verifier folder),
    ``/logs/verifier`` is made anew (owned by the verifier's user, writable by no other), and
-   the workdir copy is given to the agent's user (``agent.user``), as Harbor leaves it;
-2. every symlink in the workdir that leads to the verifier's own files (``/tests``,
+   the workdir is given to the agent's user (``agent.user``), as Harbor leaves it;
+3. every symlink in the workdir that leads to the verifier's own files (``/tests``,
    ``/logs``, ``/solution``, the verifier folder, or a folder above one of them), or that
    cannot be resolved, is removed: a link the agent left (``output.json ->
    /tests/expected.json``) must not let the tests read their own files through the agent's
    path;
-3. ``/tests/test.sh`` runs from the workdir as ``verifier.user`` (default root), its output in
-   ``/logs/verifier/test-stdout.txt``;
-4. every process still running in the sandbox is killed (a daemon the agent's code started
-   could write a reward file after the tests), and the reward is read as Harbor reads it:
+4. ``/tests/test.sh`` runs from the workdir as ``verifier.user`` (default root), its output in
+   ``/logs/verifier/test-stdout.txt``, with the task's own environment and no variable of
+   OpenForge's in place (sealed: the interpreter settings too);
+5. every process is killed again (a daemon the tests' run of the agent's code started could
+   write a reward file after the tests), and the reward is read as Harbor reads it:
    ``/logs/verifier/reward.json`` (a number, or a mapping of names to numbers: its
    ``reward``, else its one value, else their mean) before ``reward.txt`` (one number), each
-   only when it is a regular file.
+   only when it is a regular file. The tests' output and ``ctrf.json`` (when written) are kept
+   with the episode (:attr:`rewards.base.Verdict.outputs`).
 
 A run that did not end normally scores 0 whatever the reward files say: timed out, or
 ``test.sh`` killed by a signal (the agent's program killing the tests after forging a reward).
@@ -28,11 +43,14 @@ A non-zero exit status is not such an end: Harbor's verifier ignores the status 
 commonly exit with pytest's status after writing ``reward.txt``), so the reward file decides.
 No reward file, or one that is not a finite number, is a reward of 0 with the reason.
 
-What remains (``docs/harbor.md``): tests that run the agent's program as the verifier's user
-(Harbor's model) run code the agent wrote with every right the tests have, in the tests' own
-process tree; such code can write the reward file and end normally. Task authors declare it
-(``[metadata] tests_run_agent_code``, :attr:`HarborTests.runs_agent_code`) and training
-refuses such tasks (:func:`tasks.harbor.refuse_for_training`).
+What remains (``docs/harbor.md``): in place, an agent that ran as root could have replaced
+what the tests run (a shim for ``python`` or ``pytest``); the runner records every path it
+changed outside the workdir beside the episode, so such shims are visible, and sealed mode
+rules them out. Tests that run the agent's program as the verifier's user (Harbor's model)
+run code the agent wrote with every right the tests have, in either mode; such code can write
+the reward file and end normally. Task authors declare it (``[metadata]
+tests_run_agent_code``, :attr:`HarborTests.runs_agent_code`) and training refuses such tasks
+(:func:`tasks.harbor.refuse_for_training`).
 """
 
 from __future__ import annotations
@@ -82,15 +100,24 @@ find "$ws" -type l -exec sh -c '
 if [ -n "$auser" ]; then chown -hR "$auser" "$ws"; fi
 """
 RUN = f"exec {TESTS}/test.sh > {LOGS}/test-stdout.txt 2>&1"
-# Kill every process but init, the sandbox's agent (this shell's parent) and this shell.
+# Kill every process but init, the sandbox's agent (this shell's parent), this shell and the
+# session $1 (the image's ENTRYPOINT and its services: forge.sandboxes.task_services).
 KILL = r"""
+spare=$1
 for d in /proc/[0-9]*; do
   p=${d#/proc/}
   case "$p" in 1|$$|$PPID) continue ;; esac
+  if [ -n "$spare" ]; then
+    s=$(cat "$d/stat" 2>/dev/null) || continue
+    s=${s##*) }; set -- $s
+    [ "$4" = "$spare" ] && continue
+  fi
   kill -9 "$p" 2>/dev/null || true
 done
 """
 READ = 'test -f "$1" && test ! -L "$1" && cat -- "$1"'
+OUTPUTS = ("test-stdout.txt", "ctrf.json")  # kept with the episode when the tests wrote them
+OUTPUT_CHARS = 20_000  # the last characters of each
 
 
 def tests_tar(folder: Path) -> bytes:
@@ -163,6 +190,12 @@ class HarborTests(VerifierModel):
         default=None,
         description="Who owns the workdir copy the tests see (task.toml's agent.user).",
     )
+    in_place: bool = Field(
+        default=True,
+        description="Run in the agent's own container once its processes are gone (Harbor's "
+        "mode); False: sealed, in a fresh container with a copy of the agent's workdir and "
+        "OpenForge's interpreter settings (the module docstring says what each guarantees).",
+    )
     runs_agent_code: bool = Field(
         default=True,
         description="The tests run code the agent wrote (Harbor's model): what that code does "
@@ -177,6 +210,9 @@ class HarborTests(VerifierModel):
         return v
 
     def verify(self, sandbox: Sandbox, final_answer: str | None) -> Verdict:
+        spare = str(getattr(sandbox, "service_session", None) or "")  # the task's services
+        kill = ["sh", "-c", KILL, "kill", spare]
+        _exec(sandbox, kill, 60.0, INTERPRETER_ENV)  # the agent's leftovers
         vdir = verifier_dir(sandbox)
         staged = f"{vdir}/tests"
         sandbox.put_archive(staged, tests_tar(Path(self.tests)))
@@ -185,23 +221,24 @@ class HarborTests(VerifierModel):
         if ready.exit_code != 0:  # the verifier's own sandbox failed: not the agent's doing
             raise RuntimeError(f"placing the tests failed: {ready.stderr.strip()}")
         removed = [name for name in ready.stdout.split("\0") if name]
-        env = {**INTERPRETER_ENV, **self.env}
+        env = dict(self.env) if self.in_place else {**INTERPRETER_ENV, **self.env}
         result = _exec(sandbox, ["sh", "-c", RUN], self.timeout_s, env, self.user or "root")
-        _exec(sandbox, ["sh", "-c", KILL], 60.0, INTERPRETER_ENV)
+        _exec(sandbox, kill, 60.0, INTERPRETER_ENV)
+        outputs = {name: _read(sandbox, f"{LOGS}/{name}") for name in OUTPUTS}
+        kept = {name: _tail(text, OUTPUT_CHARS) for name, text in outputs.items() if text}
         links = f"; removed links to the verifier's files: {clip(', '.join(removed))}"
         note = links if removed else ""
+        shown = _tail(outputs["test-stdout.txt"] or "")
         why = abnormal_end(result, self.timeout_s)
         if why is not None:
-            output = _tail(_read(sandbox, f"{LOGS}/test-stdout.txt") or "")
-            return Verdict(0.0, f"{why}, whatever its reward files say{note}; output: {output}")
+            detail = f"{why}, whatever its reward files say{note}; output: {shown}"
+            return Verdict(0.0, detail, kept)
         read = {name: _read(sandbox, f"{LOGS}/{name}") for name in ("reward.json", "reward.txt")}
         reward, what = parse_reward(read["reward.json"], read["reward.txt"])
         if reward is None:
-            output = _tail(_read(sandbox, f"{LOGS}/test-stdout.txt") or "")
-            return Verdict(
-                0.0, f"test.sh exited {result.exit_code}: {what}{note}; output: {output}"
-            )
-        return Verdict(reward, f"test.sh exited {result.exit_code}: {what}{note}")
+            detail = f"test.sh exited {result.exit_code}: {what}{note}; output: {shown}"
+            return Verdict(0.0, detail, kept)
+        return Verdict(reward, f"test.sh exited {result.exit_code}: {what}{note}", kept)
 
 
 def _exec(

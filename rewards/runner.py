@@ -18,6 +18,11 @@
 4. a verifier that runs commands may change its sandbox (a command can run the agent's
    program), so the next verifier gets another fresh copy; read-only checks share one.
 
+A Harbor task in Harbor's mode (:attr:`rewards.harbor_tests.HarborTests.in_place`) is the
+exception: its tests run in the agent's own sandbox, once every process the agent left is
+killed, and the sandbox is destroyed after them. Either way, what the agent changed on the
+system outside its workdir (a backend that can tell: docker) is listed with the verdict.
+
 Answer-only tasks need no sandbox at all, nor do ``app_state`` and ``page_state`` checks (they
 read the task's services' and page application's state, which the HarnessPod kept, handed in
 as ``apps``). An error of the sandboxes
@@ -49,6 +54,7 @@ log = logging.getLogger(__name__)
 TASK_FILES = "task"  # under VERIFIER_DIR: the task's seeded files, pristine
 MAX_WORKSPACE_BYTES = 64 << 20
 SLACK_S = 30.0  # a verifier sandbox outlives its commands' timeouts by this much
+MAX_CHANGES = 500  # system paths the agent changed, listed with the episode
 
 __all__ = [
     "MAX_WORKSPACE_BYTES",
@@ -58,6 +64,7 @@ __all__ = [
     "verifier_dir",
     "verifier_files",
     "verifier_seconds",
+    "verifies_in_place",
 ]
 
 
@@ -176,6 +183,13 @@ def run_verifier(
     """
     top = build_verifier(task.verifier)
     verifiers = _flatten(top)
+    changes = system_changes(agent_sandbox, task)
+    if in_place(verifiers):
+        try:
+            verdict = _verify(verifiers[0], _VerifierBox(agent_sandbox), answer)
+        finally:
+            agent_sandbox.destroy()
+        return _with_changes(verdict, changes)
     workspace: bytes | None = None
     try:
         if any(v.reads_sandbox for v in verifiers):
@@ -210,4 +224,41 @@ def run_verifier(
     finally:
         if box is not None:
             box.destroy()
-    return AllOf.combine(verdicts) if isinstance(top, AllOf) else verdicts[0]
+    verdict = AllOf.combine(verdicts) if isinstance(top, AllOf) else verdicts[0]
+    return _with_changes(verdict, changes)
+
+
+def in_place(verifiers: list[VerifierModel]) -> bool:
+    """Whether the task verifies in the agent's own sandbox (one Harbor test run in Harbor's
+    mode, :attr:`rewards.harbor_tests.HarborTests.in_place`), not in fresh ones."""
+    return len(verifiers) == 1 and bool(getattr(verifiers[0], "in_place", False))
+
+
+def verifies_in_place(task: Task) -> bool:
+    return in_place(_flatten(build_verifier(task.verifier)))
+
+
+# Where an agent's changes are expected (its workdir, the temp folders, its home, the
+# sandbox's own folders): left out of what it changed on the system
+_EXPECTED = ("/tmp", "/var/tmp", HOME, "/run/forge", "/logs", "/tests", "/solution", "/root")
+
+
+def system_changes(sandbox: Sandbox, task: Task) -> list[str]:
+    """What the agent changed outside its workdir (``A``dded, ``C``hanged, ``D``eleted paths,
+    e.g. a shim planted in ``/usr/local/bin``), from a backend that can tell (docker: the
+    container's diff against its image); empty elsewhere. Read before any verifier runs."""
+    changed = getattr(sandbox, "changed_paths", None)
+    if changed is None or task.environment is None:
+        return []
+    skip = (*_EXPECTED, task.environment.workdir)
+    paths = [(k, p) for k, p in changed() if not any(p == d or p.startswith(d + "/") for d in skip)]
+    parents = {p.rsplit("/", 1)[0] for _, p in paths}
+    return [f"{k} {p}" for k, p in paths if not (k == "C" and p in parents)]
+
+
+def _with_changes(verdict: Verdict, changes: list[str]) -> Verdict:
+    if changes:
+        verdict.outputs["system_changes"] = "\n".join(changes[:MAX_CHANGES]) + (
+            f"\n... and {len(changes) - MAX_CHANGES} more" if len(changes) > MAX_CHANGES else ""
+        )
+    return verdict

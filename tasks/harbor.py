@@ -11,9 +11,11 @@ A Harbor task is a folder::
 Each becomes a :class:`tasks.schema.Task` whose ``environment`` is its image (built by the
 docker backend, :mod:`forge.images.task`; the agent works in the Dockerfile's ``WORKDIR``),
 whose verifier is ``harbor_tests`` (:mod:`rewards.harbor_tests`: the tests reach the
-environment only after the agent has finished) and whose solution is one shell step that
-unpacks ``solution/`` at ``/solution`` and runs ``solve.sh`` from the workdir, as Harbor's
-oracle does. ``task.toml`` is read with the ``harbor`` package's own ``TaskConfig``.
+environment only after the agent has finished, in its own container as Harbor runs them, or
+sealed in a fresh one: ``verifier.environment_mode``, or the run's ``harbor_verify``) and
+whose solution is one shell step that unpacks ``solution/`` at ``/solution`` and runs
+``solve.sh`` from the workdir, as Harbor's oracle does. ``task.toml`` is read with the
+``harbor`` package's own ``TaskConfig``.
 """
 
 from __future__ import annotations
@@ -37,6 +39,12 @@ PREFIX = "harbor:"
 CONFIG = "task.toml"
 RUNS_AGENT_CODE = "tests_run_agent_code"  # task.toml [metadata]: the tests run the agent's code
 RUNS_AGENT_CODE_TAG = "tests-run-agent-code"
+# task.toml fields OpenForge does not run yet: a task that sets one is left out, naming it
+UNSUPPORTED = {
+    "environment.skills_dir": "skills are not wired into the harnesses yet",
+    "environment.mcp_servers": "a task's MCP servers are not wired into the harnesses yet",
+    "verifier.environment": "a verifier image of its own is not supported",
+}
 _CANARY = re.compile(r"^(<!--.*canary.*-->|#.*canary.*)$", re.IGNORECASE)
 
 
@@ -139,6 +147,9 @@ def load_task(folder: Path) -> Task:
         problems.append((str(folder), f"environment/{compose[0]}", "compose is not supported"))
     if env_cfg.gpus:
         problems.append((str(folder / CONFIG), "environment.gpus", "GPUs are not supported"))
+    for field, value in UNSUPPORTED.items():
+        if _get(config, field):
+            problems.append((str(folder / CONFIG), field, value))
     if not env_cfg.docker_image:
         need["environment/Dockerfile"] = dockerfile
     for rel, path in need.items():
@@ -161,6 +172,7 @@ def load_task(folder: Path) -> Task:
         "memory_mb": env_cfg.memory_mb,
         "image": env_cfg.docker_image,
         "agent_user": _user(config.agent.user),
+        "healthcheck": _healthcheck(env_cfg.healthcheck),
     }
     runs_agent_code = config.metadata.get(RUNS_AGENT_CODE, True)
     if not isinstance(runs_agent_code, bool):
@@ -168,8 +180,10 @@ def load_task(folder: Path) -> Task:
             (str(folder / CONFIG), f"metadata.{RUNS_AGENT_CODE}", "must be true or false")
         )
         raise TaskError(problems)
+    mode = config.verifier.environment_mode
     verifier = {
         "type": "harbor_tests",
+        "in_place": mode is None or mode.value == "shared",  # separate: a fresh container
         "tests": str(folder / "tests"),
         "timeout_s": config.verifier.timeout_sec,
         "env": dict(config.verifier.env),
@@ -202,9 +216,37 @@ def load_task(folder: Path) -> Task:
     return task
 
 
+def _get(config: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        config = getattr(config, part, None)
+    return config
+
+
+def _healthcheck(check: Any) -> dict[str, Any] | None:
+    """task.toml's ``[environment.healthcheck]`` as :class:`tasks.schema.Healthcheck` data."""
+    if check is None:
+        return None
+    return {
+        "command": check.command,
+        "interval_s": check.interval_sec,
+        "timeout_s": check.timeout_sec,
+        "start_period_s": check.start_period_sec,
+        "retries": check.retries,
+    }
+
+
 def _user(value: str | int | None) -> str | None:
     """task.toml's ``agent.user``/``verifier.user`` (a name or a UID) as the sandbox takes it."""
     return None if value is None else str(value)
+
+
+def set_verify_mode(task: dict[str, Any], mode: str) -> None:
+    """Make ``task``'s Harbor tests run ``in_place`` or ``sealed`` (the run's choice over the
+    task's own); a task with no Harbor tests is left as it is."""
+    specs = task.get("verifier")
+    for spec in specs if isinstance(specs, list) else [specs]:
+        if isinstance(spec, dict) and spec.get("type") == "harbor_tests":
+            spec["in_place"] = mode == "in_place"
 
 
 def in_process(task: dict[str, Any] | Task) -> bool:

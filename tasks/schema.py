@@ -228,6 +228,20 @@ class Gui(BaseModel):
     )
 
 
+class Healthcheck(BaseModel):
+    """A shell command run in the sandbox until it exits 0 (Docker's health check)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str = Field(min_length=1, description="Shell command; exit 0 is healthy.")
+    interval_s: float = Field(default=5.0, gt=0, description="Seconds between checks.")
+    timeout_s: float = Field(default=30.0, gt=0, description="Most seconds one check runs.")
+    start_period_s: float = Field(
+        default=0.0, ge=0, description="Seconds of start-up during which failures do not count."
+    )
+    retries: int = Field(default=3, ge=1, description="Failures in a row that mean unhealthy.")
+
+
 class Environment(BaseModel):
     """A task that brings its own container image (a Harbor task's ``environment/``): it runs
     only in the docker backend, from an image built from ``dockerfile`` in ``context`` (its
@@ -255,6 +269,11 @@ class Environment(BaseModel):
         default=None,
         description="Who the harness runs as (a name or UID[:GID]; Harbor's agent.user); "
         "None: the backend's default for a task image.",
+    )
+    healthcheck: Healthcheck | None = Field(
+        default=None,
+        description="A command that must pass before the attempt starts (Harbor's "
+        "[environment.healthcheck]); the image's own HEALTHCHECK is waited for as well.",
     )
 
 

@@ -70,7 +70,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ),
     (
         "runtime: what a run builds from its configuration: the docker and kubernetes backends, "
-        "the Policy deployment, one attempt start to finish and how it ended",
+        "the Policy deployment, one attempt start to finish and how it ended, the tasks it plays",
         (
             "forge.sandboxes.docker",
             "forge.sandboxes.kubernetes",
@@ -79,6 +79,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "serve.policy",
             "forge.outcome",
             "forge.episode",
+            "forge.task_set",
         ),
     ),
     (

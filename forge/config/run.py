@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
@@ -43,6 +43,14 @@ class RunConfig(_Strict):
         default_factory=dict,
         description="Replace these limits of every task (max_turns, timeout_s, "
         "max_tokens_per_turn), e.g. longer timeouts for a real model on a CPU.",
+    )
+    harbor_verify: Literal["task", "in_place", "sealed"] = Field(
+        "task",
+        description="Where Harbor tasks' tests run: in_place (the agent's own container once "
+        "its processes are gone: Harbor's mode), sealed (a fresh container with a copy of the "
+        "workdir: nothing changed outside it counts), or task (each task's "
+        "verifier.environment_mode: shared, the default, or separate). docs/harbor.md says "
+        "what each guarantees.",
     )
     temperature: float = Field(
         1.0,

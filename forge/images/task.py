@@ -5,10 +5,12 @@ image resolves through an alias map (``sandbox.image_aliases``: a glob pattern -
 ``base`` meaning the Debian base image ``forge image build`` makes) or to an image the daemon
 already holds; anything else is refused with a message naming it. The task's Dockerfile is
 built from its own folder with its ``FROM`` lines rewritten, then the sandbox's needs are laid
-on top (the agent at ``/opt/forge/agent``, the fixed layout, ``USER root``, no entrypoint, the
-workdir made). The tag is ``openforge/task-<folder>:<digest>``, the digest covering the
-rewritten Dockerfile, every file of the context and what is laid on top, so an edited task gets
-a new image. The harness's files are bind-mounted read-only (as for the base image).
+on top (the agent at ``/opt/forge/agent``, the fixed layout, ``USER root``, the workdir made);
+the image's ``ENTRYPOINT`` is kept for the sandbox to start beside its agent, as Harbor runs it
+(:mod:`forge.sandboxes.docker`). The tag is ``openforge/task-<folder>:<digest>``, the digest
+covering the rewritten Dockerfile, every file of the context and what is laid on top, so an
+edited task gets a new image. The harness's files are bind-mounted read-only (as for the base
+image).
 
 Builds are serialised per tag by a file lock, so HarnessPods on one host that start the same
 task at once build it once.
@@ -66,8 +68,6 @@ def _tail(env: dict[str, Any]) -> str:
     return (
         images.agent_layer(EXTRA)[0] + "USER root\n"
         f"WORKDIR {env['workdir']}\n"
-        "ENTRYPOINT []\n"
-        "CMD []\n"
         'LABEL openforge.image="task"\n'
     )
 

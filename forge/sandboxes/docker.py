@@ -26,7 +26,8 @@ labels name the run, HarnessPod, episode, attempt and a deadline (epoch seconds)
 live in the container.
 A task that brings its own Dockerfile (a Harbor task) runs from its own image
 (:mod:`forge.images.task`) with the harness's files mounted, in the Dockerfile's workdir, with
-the environment its Dockerfile set.
+the environment its Dockerfile set; its ``ENTRYPOINT`` runs beside the agent and its health
+check passes before the attempt starts (:mod:`forge.sandboxes.task_services`).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from typing import Any
 from forge.config import SandboxConfig
 from forge.images import builder
 from forge.images import tags as images
-from forge.sandboxes import bridge
+from forge.sandboxes import bridge, task_services
 from forge.sandboxes.agent_boot import (
     DEFAULT_PATH,
     HARNESS_GID,
@@ -128,6 +129,7 @@ class DockerSandbox(AgentSandbox):
         self.name = ""
         self.deadline = 0.0
         self._proxy_addr: str | None = None
+        self.service_session: int | None = None  # the session of its image's ENTRYPOINT
         self._path = DEFAULT_PATH
         self._state = _State()
         self._finalizer = weakref.finalize(self, _cleanup, self._state)
@@ -185,7 +187,9 @@ class DockerSandbox(AgentSandbox):
         cpus, memory_mb = task.get("cpus") or cfg.cpus, task.get("memory_mb") or cfg.memory_mb
         container = client.api.create_container(
             self.image,
-            command=command,
+            entrypoint=command[:1],  # the agent, never the image's own entrypoint (started later)
+            command=command[1:],
+            healthcheck=task_services.docker_healthcheck(task.get("healthcheck")),
             name=self.name,
             hostname="sandbox",
             working_dir=self.workspace,
@@ -219,6 +223,10 @@ class DockerSandbox(AgentSandbox):
         agent = AgentClient(f"unix:{d / 'agent.sock'}", token, base_env=base_env)
         self._state.agent = agent
         self._wait_ready(agent, client, container["Id"])
+        if spec.environment:  # its ENTRYPOINT's services, then its health, as Harbor has them
+            entrypoint = client.images.get(self.image).attrs["Config"].get("Entrypoint") or []
+            self.service_session = task_services.start_entrypoint(self, entrypoint)
+            task_services.wait_healthy(client, container["Id"], self.config.start_timeout_s)
 
     def _make_dir(self, spec: SandboxSpec) -> Path:
         root = Path(self.config.root) if self.config.root else Path(tempfile.gettempdir())
@@ -275,6 +283,13 @@ class DockerSandbox(AgentSandbox):
 
     def default_path(self) -> str:
         return self._path  # a task image's own PATH (its ENV), else the system's
+
+    def changed_paths(self) -> list[tuple[str, str]]:
+        """``(kind, path)`` of what changed in the container against its image: ``A``dded,
+        ``C``hanged or ``D``eleted (tmpfs mounts are not in it)."""
+        self._agent()
+        diff = self._state.client.api.diff(self._state.container_id) or []
+        return [("CAD"[d["Kind"]], d["Path"]) for d in diff]
 
     def destroy(self) -> None:
         """Remove the container (killing everything in it) and its host folder; idempotent."""

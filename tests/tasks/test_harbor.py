@@ -35,6 +35,7 @@ def test_the_example_tasks_load_with_their_image_workdir_tests_and_oracle():
         "env": {},
         "user": None,
         "agent_user": None,
+        "in_place": True,  # Harbor's mode: in the agent's own container
         "runs_agent_code": False,  # [metadata] tests_run_agent_code = false
     }
     assert csv.tags == ["harbor", "files", "python"]
@@ -104,6 +105,29 @@ def test_a_run_plays_the_folders_that_load_and_reports_the_rest(tmp_path: Path):
     shutil.rmtree(tmp_path / "set" / "good")
     with pytest.raises(TaskError, match=r"tests/test\.sh: missing"):
         load_suite(f"harbor:{tmp_path / 'set'}", [])  # nothing left to play
+
+
+def test_task_toml_fields_are_honoured_or_refused_by_name(tmp_path: Path):
+    """Harbor's verifier.environment_mode picks where the tests run; a health check is kept;
+    what OpenForge does not run yet is refused naming the field (issue 32)."""
+    one = _copy(tmp_path, to="separate")
+    text = (one / "task.toml").read_text()
+    text = text.replace("[verifier]\n", '[verifier]\nenvironment_mode = "separate"\n')
+    text += '\n[environment.healthcheck]\ncommand = "test -e /tmp/up"\nretries = 7\n'
+    (one / "task.toml").write_text(text)
+    [task] = load_suite(f"harbor:{one}")
+    assert task.verifier["in_place"] is False  # sealed: a fresh container
+    assert task.environment.healthcheck.command == "test -e /tmp/up"
+    assert task.environment.healthcheck.retries == 7
+    two = _copy(tmp_path, to="skills")
+    text = (
+        (two / "task.toml")
+        .read_text()
+        .replace("[environment]\n", '[environment]\nskills_dir = "/skills"\n')
+    )
+    (two / "task.toml").write_text(text)
+    with pytest.raises(TaskError, match=r"environment\.skills_dir: skills are not wired"):
+        load_suite(f"harbor:{two}")
 
 
 def test_ids_are_made_from_folder_names_and_must_be_unique(tmp_path: Path):

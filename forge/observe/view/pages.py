@@ -252,8 +252,15 @@ def episode_page(index: RunIndex, name: str, row: EpisodeRow, decode: Decode) ->
             [[num(c.get("turn", 0)), esc(c["service"]), esc(c["op"]), esc(c.get("via")),
               esc(c.get("writes", "")), esc(c.get("error", ""))] for c in ep["service_calls"]],
         )  # fmt: skip
+    outputs = "".join(
+        f"<h4>{esc(name)}</h4><pre class='output'>{esc(text)}</pre>"
+        for name, text in (ep.get("verifier_outputs") or {}).items()
+    )
+    if outputs:
+        outputs = "<h3>Verifier outputs</h3>" + outputs
     body = (
         table(["", ""], meta)
+        + outputs
         + services
         + screens
         + "<h3>Conversation (as the harness sent it)</h3>"

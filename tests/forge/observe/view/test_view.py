@@ -67,7 +67,8 @@ def _episode(eid: str, version: int, reward: float, word: str) -> Episode:
     ]  # fmt: skip
     segments, resets = assemble(turns)
     return Episode(eid, "read_word", 0, "react", reward, "ok", final_answer=word, turns=turns,
-                   segments=segments, reset_reasons=resets, verifier_detail="ok")  # fmt: skip
+                   segments=segments, reset_reasons=resets, verifier_detail="ok",
+                   verifier_outputs={"test-stdout.txt": f"test_{word} PASSED"})  # fmt: skip
 
 
 def _gui_episode() -> Episode:
@@ -167,6 +168,7 @@ def test_pages_show_the_runs_numbers(view, browser) -> None:
     page.goto(url + "/episode/e20/0")
     body = page.inner_text("body")
     assert "Reply with the word in tag.txt." in body and "stdout:\ngita" in body
+    assert "Verifier outputs" in body and "test_gita PASSED" in body  # Harbor's tests' output
     trained = page.locator(".segment span.tok:not(.masked)").count()
     assert trained == len(_ids("<call>cat tag.txt")) + len(_ids("gita"))  # sampled tokens only
     assert "cat tag.txt" in page.inner_text(".segment")
