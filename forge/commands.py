@@ -122,15 +122,19 @@ def _run(args: argparse.Namespace) -> int:
 def _tasks(args: argparse.Namespace) -> int:
     from tasks.loader import TaskError, load_suite
 
+    skipped: list[tuple[str, str, str]] = []  # a third-party set's folders that cannot load
     try:
-        tasks = load_suite(args.suite)
+        tasks = load_suite(args.suite, skipped)
     except TaskError as e:
         print(f"forge tasks: {e}", file=sys.stderr)
         return 2
     for t in tasks:
-        print(f"{t.id:28s} {t.instruction[:70]}")
-    print(f"{len(tasks)} tasks valid")
-    return 0
+        print(f"{t.id:28s} {' '.join(t.instruction.split())[:70]}")  # one line each
+    for where, field, why in skipped:
+        print(f"forge tasks: left out {where}: {field}: {why}", file=sys.stderr)
+    left_out = f"; {len(skipped)} problem(s) left folders out" if skipped else ""
+    print(f"{len(tasks)} tasks valid{left_out}")
+    return 1 if skipped else 0
 
 
 def _eval(args: argparse.Namespace) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -39,6 +40,18 @@ def test_tasks_command_names_file_and_field(tmp_path: Path) -> None:
     assert "bad.yaml" in r.stderr and "instruction" in r.stderr
     ok = subprocess.run([*FORGE, "tasks", "smoke"], capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0 and "tasks valid" in ok.stdout
+    # a Harbor set: one line per task that loads; the folders that cannot, named, exit 1
+    shutil.copytree(ROOT / "examples" / "harbor" / "csv-total", tmp_path / "set" / "good")
+    (tmp_path / "set" / "bad").mkdir()
+    (tmp_path / "set" / "bad" / "task.toml").write_text('version = "1.0"\n')
+    r = subprocess.run(
+        [*FORGE, "tasks", f"harbor:{tmp_path / 'set'}"], capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 1 and r.stdout.splitlines() == [
+        f"{'good':28s} The file `/app/sales.csv` has a header line and the columns `region,am",
+        "1 tasks valid; 3 problem(s) left folders out",
+    ]
+    assert f"left out {tmp_path / 'set' / 'bad'}: instruction.md: missing" in r.stderr
 
 
 ROOT = Path(__file__).resolve().parents[2]

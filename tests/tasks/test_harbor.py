@@ -17,7 +17,15 @@ pytest.importorskip("harbor.models.task.config", reason="the harbor package read
 
 def test_the_example_tasks_load_with_their_image_workdir_tests_and_oracle():
     tasks = {t.id: t for t in load_suite(f"harbor:{EXAMPLES}")}
-    assert sorted(tasks) == ["csv-total", "even-numbers", "fix-greeting", "port-config"]
+    assert sorted(tasks) == [
+        "broken-build",  # loads; its image fails to build (the docker test plays the rest)
+        "csv-total",
+        "even-numbers",
+        "fix-greeting",
+        "install-tool",
+        "port-config",
+        "service-token",
+    ]
     csv = tasks["csv-total"]
     assert csv.instruction.startswith("The file `/app/sales.csv`")  # the canary line dropped
     assert csv.environment is not None
@@ -45,6 +53,9 @@ def test_the_example_tasks_load_with_their_image_workdir_tests_and_oracle():
     assert tasks["fix-greeting"].limits.timeout_s == 300.0  # no [agent] timeout: the default
     (step,) = csv.solution
     assert "bash /solution/solve.sh" in step and step.startswith("mkdir -p /solution")
+    assert tasks["port-config"].environment.image == "openforge-example/port-config:1.0"
+    check = tasks["service-token"].environment.healthcheck
+    assert (check.interval_s, check.retries) == (0.5, 20) and "8765/health" in check.command
     again = {t.id: t for t in load_suite(f"harbor:{EXAMPLES}")}
     assert again["csv-total"].solution == csv.solution  # the same text on every load
 

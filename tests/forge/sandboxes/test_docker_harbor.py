@@ -2,12 +2,15 @@
 before a real Serve Policy with the scripted engine) play the example tasks of
 examples/harbor through react and pi with sandbox.backend=docker. Each task's image is built
 from its Dockerfile (FROM debian, ubuntu and python resolved to the local base, a multi-stage
-build with ARG and RUN), the agent works in its WORKDIR with its ENV, and tests/test.sh runs
-in a fresh container of that image after the agent. The oracle (solution/solve.sh) scores 1.0
-and noop 0.0; an agent that forges the reward file and the tests scores 0."""
+build with ARG and RUN, an ENTRYPOINT service with a health check), the agent works in its
+WORKDIR with its ENV, and tests/test.sh runs in the agent's own container once its processes
+are gone (Harbor's mode), or sealed in a fresh one. The oracle (solution/solve.sh) scores 1.0
+and noop 0.0; a task whose image fails to build is reported and the rest play; an agent that
+forges the reward file and the tests scores 0."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -73,15 +76,21 @@ def _play(ray, pods, tasks, harness: str, noop_tasks: int | None = None) -> dict
     ],
 )
 def test_harbor_tasks_oracle_1_noop_0(ray_cluster, docker_daemon, pods, harness):
-    tasks = load_suite(f"harbor:{EXAMPLES}")
+    loaded = load_suite(f"harbor:{EXAMPLES}")
     client = client_for(docker_daemon.host)
     t0 = time.monotonic()
     config = SandboxConfig(backend="docker", docker_host=docker_daemon.host)
-    assert prepare([t.model_dump() for t in tasks], config, lambda m: None) == []
+    said: list[str] = []
+    # the one image that fails to build is reported with its build's last lines; the rest play
+    [(bad, field, why)] = prepare([t.model_dump() for t in loaded], config, said.append)
+    assert (bad, field) == ("broken-build", "image"), why
+    assert "this step fails on purpose" in why and why.count("building ") == 1, why
+    assert any("docker_image openforge-example/port-config:1.0 is not here" in m for m in said)
+    tasks = [t for t in loaded if t.id != bad]
     print(f"\n[harbor] {len(tasks)} task images ready in {time.monotonic() - t0:.1f}s")
     since = int(time.time()) - 1
     # every task's tests score react's noop 0; pi's noop (it answers at once, touching
-    # nothing) needs one task to show the same: 3 pi episodes (6 containers) fewer
+    # nothing) needs one task to show the same
     episodes = _play(ray_cluster, pods, tasks, harness, None if harness == "react" else 1)
     for (mode, task_id), ep in episodes.items():
         assert ep.status == "ok", (task_id, ep.failure, ep.harness_log)
@@ -89,6 +98,17 @@ def test_harbor_tasks_oracle_1_noop_0(ray_cluster, docker_daemon, pods, harness)
         assert ep.verifier_detail.startswith("test.sh exited 0: reward."), ep.verifier_detail
     greet = episodes[("oracle", "fix-greeting")]
     assert greet.verifier_detail.endswith('reward.json {"cases_passed": 3, "reward": 1}')
+    # a command installed outside the workdir, tests importing a module beside them, a
+    # solution longer than a sampled turn: as Harbor runs them, in the agent's own container
+    tool = episodes[("oracle", "install-tool")]
+    assert json.loads(tool.verifier_outputs["ctrf.json"])["results"]["summary"]["passed"] == 4
+    assert "primes 500: passed" in tool.verifier_outputs["test-stdout.txt"]
+    assert "A /usr/local/bin/primes" in tool.verifier_outputs["system_changes"].splitlines()
+    # the image's ENTRYPOINT service (its token only in its memory) served agent and tests
+    assert (
+        "the service says: ok"
+        in episodes[("oracle", "service-token")].verifier_outputs["test-stdout.txt"]
+    )
     events = client.api.events(
         since=since,
         until=int(time.time()) + 1,
@@ -96,11 +116,44 @@ def test_harbor_tasks_oracle_1_noop_0(ray_cluster, docker_daemon, pods, harness)
         decode=True,
     )
     created = [e["Actor"]["Attributes"] for e in events]
-    # harness and verifier containers alike ran from the tasks' own images: 2 per episode
-    assert len(created) == 2 * len(episodes)
+    # the tests ran in the agent's own container (Harbor's mode), of the task's own image
+    assert len(created) == len(episodes)
     used = {a["image"].split(":")[0] for a in created}
     assert used == {f"openforge/task-{t.id}" for t in tasks}
     assert client.api.containers(all=True, filters={"label": f"openforge.run={RUN}"}) == []
+
+
+def test_sealed_tests_see_only_the_workdir_and_safe_interpreters(ray_cluster, pods) -> None:
+    """Sealed (verifier.environment_mode = "separate", or harbor_verify=sealed): a fresh
+    container with a copy of the workdir and OpenForge's interpreter settings: the correct
+    agent of install-tool scores 0 there (its command is outside the workdir, its tests import
+    a sibling module under PYTHONSAFEPATH), which is why Harbor's mode is the default."""
+    (task,) = load_suite(f"harbor:{EXAMPLES / 'install-tool'}")
+    data = task.model_dump()
+    data["verifier"]["in_place"] = False
+    ep = ray_cluster.get(pods["oracle"].run_episode.remote(data, "react"))
+    assert (ep.status, ep.reward) == ("ok", 0.0), ep.verifier_detail
+    assert "No module named 'helpers'" in ep.verifier_outputs["test-stdout.txt"]
+    assert "A /usr/local/bin/primes" in ep.verifier_outputs["system_changes"]  # still recorded
+
+
+def test_a_prebuilt_image_the_daemon_has_is_used(docker_daemon, docker_images) -> None:
+    """port-config names docker_image (as Terminal-Bench 2 does): when the daemon has it, the
+    task's image starts from it and its Dockerfile is not built."""
+    from forge.images import tags as images
+    from forge.images.task import plan
+
+    client = client_for(docker_daemon.host)
+    (task,) = load_suite(f"harbor:{EXAMPLES / 'port-config'}")
+    env = task.environment.model_dump()
+    client.images.get(images.base_tag()).tag("openforge-example/port-config", "1.0")
+    try:
+        _, dockerfile, note = plan(env, SandboxConfig().image_aliases, client)
+    finally:
+        client.images.remove("openforge-example/port-config:1.0")
+    assert dockerfile.startswith("FROM openforge-example/port-config:1.0\n") and note == ""
+    _, dockerfile, note = plan(env, SandboxConfig().image_aliases, client)
+    assert "ENV APP_PORT=8080" in dockerfile and "is not here: building" in note
 
 
 CHEAT = """#!/bin/bash
