@@ -41,7 +41,7 @@ from forge.observe.progress import Progress
 from forge.sandboxes.bwrap import IsolationUnavailable
 from forge.sandboxes.registry import check_isolation, reap_sandboxes
 from forge.task_set import Problem, load_tasks, playable
-from tasks.harbor import refuse_for_training
+from tasks.harbor import open_to_shims, refuse_for_training
 from tasks.loader import TaskError
 
 log = logging.getLogger(__name__)
@@ -100,6 +100,15 @@ class Run:
         self.tasks, self.eval_tasks = playable(
             [self.tasks, self.eval_tasks], config, skipped, self.dir, say
         )
+        shims = [t["id"] for t in self.tasks if open_to_shims(t)]
+        if shims:
+            say(
+                f"warning: {len(shims)} Harbor task(s) ({', '.join(shims[:3])}) are verified in "
+                "the agent's own container after an agent that runs as root: a shim it plants "
+                "outside its workdir would run in the tests. Each episode lists what it changed "
+                "(verifier_outputs.system_changes); harbor_verify=sealed rules it out where the "
+                "tests allow (docs/harbor.md)"
+            )
         r = config.rollout
         placed = {kind: config.actor_options(kind) for kind in KINDS}
         mode = init_ray(num_cpus=max(os.cpu_count() or 1, config.cpus_needed()))

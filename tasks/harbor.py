@@ -249,6 +249,18 @@ def set_verify_mode(task: dict[str, Any], mode: str) -> None:
             spec["in_place"] = mode == "in_place"
 
 
+def open_to_shims(task: dict[str, Any]) -> bool:
+    """Whether ``task``'s Harbor tests run in place after an agent that ran as root: whatever it
+    planted outside its workdir (a ``python3`` shim) runs in the tests (docs/harbor.md)."""
+    specs = task.get("verifier")
+    env = task.get("environment") or {}
+    root = str(env.get("agent_user") or "root") in ("root", "0", "0:0")
+    return root and any(
+        isinstance(spec, dict) and spec.get("type") == "harbor_tests" and spec.get("in_place")
+        for spec in (specs if isinstance(specs, list) else [specs])
+    )
+
+
 def in_process(task: dict[str, Any] | Task) -> bool:
     """Whether ``task``'s tests run code the agent wrote (a Harbor task that did not declare
     ``tests_run_agent_code = false``): a reward that code wrote cannot be told apart."""

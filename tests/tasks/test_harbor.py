@@ -141,6 +141,18 @@ def test_task_toml_fields_are_honoured_or_refused_by_name(tmp_path: Path):
         load_suite(f"harbor:{two}")
 
 
+def test_in_place_after_a_root_agent_is_named_open_to_shims():
+    from tasks.harbor import open_to_shims, set_verify_mode
+
+    task = next(t for t in load_suite(f"harbor:{EXAMPLES}") if t.id == "csv-total").model_dump()
+    assert open_to_shims(task)  # in place, its agent root (Harbor's default)
+    set_verify_mode(task, "sealed")
+    assert not open_to_shims(task) and task["verifier"]["in_place"] is False
+    set_verify_mode(task, "in_place")
+    task["environment"]["agent_user"] = "1000:1000"
+    assert not open_to_shims(task)  # an unprivileged agent cannot replace the system's tools
+
+
 def test_ids_are_made_from_folder_names_and_must_be_unique(tmp_path: Path):
     _copy(tmp_path, to="Fix It")
     _copy(tmp_path, to="fix-it")
