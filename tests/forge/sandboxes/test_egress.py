@@ -1,0 +1,106 @@
+"""The egress proxy (forge.sandboxes.egress) before a stand-in "internet": an HTTP server on
+another loopback address (127.0.0.2), reached through the proxy exactly when a grant allows it,
+by a real HTTP client (httpx) and a raw CONNECT tunnel."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+from forge.sandboxes.egress import EgressProxy, proxy_env
+
+STAND_IN = "127.0.0.2"
+
+
+class _Hello(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = f"hello from the stand-in internet: {self.path}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def internet() -> Iterator[int]:
+    server = ThreadingHTTPServer((STAND_IN, 0), _Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def egress() -> Iterator[tuple[EgressProxy, int]]:
+    proxy = EgressProxy()
+    loop = asyncio.new_event_loop()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    sock.setblocking(False)
+    loop.run_until_complete(proxy.start_tcp(sock))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield proxy, sock.getsockname()[1]
+    asyncio.run_coroutine_threadsafe(proxy.stop(), loop).result(5)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+
+
+def _get(port: int, key: str | None, url: str) -> httpx.Response:
+    auth = f"forge:{key}@" if key else ""
+    with httpx.Client(proxy=f"http://{auth}127.0.0.1:{port}", timeout=10) as client:
+        return client.get(url)
+
+
+def test_the_stand_in_is_reached_exactly_when_the_grant_allows_it(internet, egress) -> None:
+    proxy, port = egress
+    url = f"http://{STAND_IN}:{internet}/simple/pytest/"
+    listed = proxy.grant("allowlist", [], [f"{STAND_IN}/32"], [internet])
+    r = _get(port, listed, url)
+    assert r.status_code == 200 and r.text.endswith("/simple/pytest/")
+    other = proxy.grant("allowlist", ["pypi.org"], [], [internet])
+    r = _get(port, other, url)
+    assert r.status_code == 403 and "not in the allowlist" in r.text
+    wrong_port = proxy.grant("allowlist", [], [f"{STAND_IN}/32"], [443])
+    assert "port" in _get(port, wrong_port, url).text
+    # open reaches public addresses only: the loopback (the cluster's own) stays out of reach
+    open_ = proxy.grant("open", [], [], [])
+    r = _get(port, open_, url)
+    assert r.status_code == 403 and "is not public" in r.text
+    assert [ok for _, _, ok, _ in proxy.grants[listed].log] == [True]
+    # no key, or one revoked when its phase ended: 407
+    assert _get(port, None, url).status_code == 407
+    proxy.revoke(listed)
+    assert _get(port, listed, url).status_code == 407
+
+
+def test_a_host_pattern_and_a_connect_tunnel(internet, egress) -> None:
+    proxy, port = egress
+    key = proxy.grant("allowlist", ["127.0.0.*"], [], [])  # a pattern over the name given
+    auth = base64.b64encode(f"forge:{key}".encode()).decode()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        head = f"CONNECT {STAND_IN}:{internet} HTTP/1.1\r\nProxy-Authorization: Basic {auth}"
+        s.sendall(f"{head}\r\n\r\n".encode())
+        assert s.recv(4096).startswith(b"HTTP/1.1 200")
+        s.sendall(b"GET /through-the-tunnel HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        data = b""
+        while chunk := s.recv(4096):
+            data += chunk
+    assert data.startswith(b"HTTP/1.0 200") and data.endswith(b"/through-the-tunnel")
+
+
+def test_proxy_env_points_every_client_at_the_sandboxes_relay() -> None:
+    env = proxy_env("k3y")
+    assert env["HTTPS_PROXY"] == env["http_proxy"] == "http://forge:k3y@127.0.0.1:8939"
+    assert "127.0.0.1" in env["NO_PROXY"]  # the model's proxy stays direct
