@@ -38,7 +38,9 @@ from actors.attempt_state import AttemptState
 from actors.listen import listen_tcp
 from actors.service_routes import service_routes
 from forge.config import ProxyConfig, SandboxConfig
+from forge.config.network import PhaseNetwork
 from forge.episode import run_attempt
+from forge.sandboxes.egress import EgressProxy
 from forge.types import ChatRequest, Completion, Episode, ImagePart, Turn
 from serve.engines.base import ContextLengthError, ImageInputError
 from serve.http_app import build_app, image_error, protocol_routes, request_api_key
@@ -120,6 +122,8 @@ class HarnessPod:
         self._closed_images: dict[tuple[str, int], dict[str, ImagePart]] = {}
         self._servers: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
         self.sandboxes: set[Any] = set()  # live sandboxes, destroyed on stop
+        self.egress = EgressProxy()  # the way out of a phase whose network allows one
+        self.egress_socket: str | None = None
 
     # -- the proxy server -------------------------------------------------------------------
 
@@ -163,6 +167,9 @@ class HarnessPod:
             self._servers.append((server, task))
         self.port = tcp.getsockname()[1]
         os.chmod(self.socket_path, 0o666)
+        self.egress_socket = os.path.join(os.path.dirname(self.socket_path), "egress.sock")
+        await self.egress.start_unix(self.egress_socket)
+        os.chmod(self.egress_socket, 0o666)  # a sandbox's agent relays it: keys guard it
         log.info("pod %s proxy on %s and %s", self.pod_id, self.address(), self.socket_path)
         return self.address()
 
@@ -177,9 +184,12 @@ class HarnessPod:
             server.should_exit = True
             await task
         self._servers = []
+        await self.egress.stop()
         if self.socket_path:
             with contextlib.suppress(OSError):
-                os.remove(self.socket_path)
+                for path in (self.socket_path, self.egress_socket):
+                    if path and os.path.exists(path):
+                        os.remove(path)
                 os.rmdir(os.path.dirname(self.socket_path))
 
     def ready(self) -> str:
@@ -224,6 +234,13 @@ class HarnessPod:
         while len(self._ended) > ENDED_MEMORY:
             self._closed_images.pop(self._ended.popitem(last=False)[0], None)
         return state
+
+    def egress_grant(self, policy: PhaseNetwork) -> str | None:
+        """A key to the egress proxy for a phase whose network is ``allowlist`` or ``open``
+        (None otherwise); revoke it with ``self.egress.revoke`` when the phase ends."""
+        if not policy.through_egress():
+            return None
+        return self.egress.grant(policy.mode, policy.hosts, policy.cidrs, policy.ports)
 
     def turns(self, episode_id: str, attempt: int) -> list[Turn]:
         return list(self._attempts[(episode_id, attempt)].turns)

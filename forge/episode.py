@@ -28,16 +28,18 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from forge.config.network import PhaseNetwork, phase_network
 from forge.harnesses.app_tools import app_env, app_extra, app_mounts, cli_hint, services_via
 from forge.harnesses.base import AttemptContext
 from forge.harnesses.registry import get_harness
 from forge.outcome import SANDBOX_SLACK_S, classify_end, harness_cap_s
 from forge.sandboxes import services
 from forge.sandboxes.base import ExecResult, SandboxSpec
+from forge.sandboxes.egress import EgressProxy, proxy_env
 from forge.sandboxes.registry import sandbox_for
 from forge.trajectory import assemble
 from forge.types import Episode
-from rewards.runner import run_verifier, verifier_seconds, verifies_in_place
+from rewards.runner import VerifierNetwork, run_verifier, verifier_seconds, verifies_in_place
 from tasks.schema import Task
 from tasks.webapps.hosted import PAGE_KEY_ENV, Hosted
 
@@ -66,6 +68,10 @@ class AttemptHost(Protocol):
     socket_path: str | None
     sandbox_config: SandboxConfig
     sandboxes: set[Any]
+    egress: EgressProxy
+    egress_socket: str | None
+
+    def egress_grant(self, policy: PhaseNetwork) -> str | None: ...
 
     def open_attempt(
         self,
@@ -152,6 +158,10 @@ async def run_attempt(
     start = time.perf_counter()
     cap_s = harness_cap_s(task, attempt_timeout_s)
     in_place = verifies_in_place(task)
+    network = pod.sandbox_config.network
+    nets = {p: phase_network(network, p, task.allow_internet) for p in ("agent", "verify")}
+    egress = {"agent": pod.egress_grant(nets["agent"])}  # phase -> its key to the egress proxy
+    relay_egress = egress["agent"] or (in_place and nets["verify"].through_egress())
     labels = {"run": pod.run, "pod": pod.pod_id, "episode": episode_id, "attempt": str(attempt)}
     spec = SandboxSpec(
         labels=labels,
@@ -161,6 +171,7 @@ async def run_attempt(
         proxy_socket=pod.socket_path,
         proxy_tcp=f"{pod.host}:{pod.port}",
         environment=task.environment.model_dump() if task.environment else None,
+        egress_socket=pod.egress_socket if relay_egress else None,
     )
     sandbox = sandbox_for(pod.sandbox_config, harness_name)
     pod.sandboxes.add(sandbox)
@@ -206,6 +217,8 @@ async def run_attempt(
         for path, content in harness.files(ctx).items():
             sandbox.put_file(path, content)
         env = app_env(task, ctx, harness.env(ctx))
+        if egress["agent"]:  # its clients go out through the egress proxy, keyed to this phase
+            env = {**env, **proxy_env(egress["agent"])}
         names = list(env)  # the harness's own: its services (the page relay) do not get them
         env = {**env, PAGE_KEY_ENV: info["api_key"]} if pages.ports else env
         command = services.wrap(pages.relayed(task, base), ctx, harness.command(ctx), names)
@@ -227,10 +240,12 @@ async def run_attempt(
         error = f"{type(e).__name__}: {e}"
     except asyncio.CancelledError:  # the run is stopping: leave nothing behind
         pod.close_attempt(episode_id, attempt)
+        _end_phase(pod, "agent", egress)
         await asyncio.shield(asyncio.to_thread(sandbox.destroy))
         pod.sandboxes.discard(sandbox)
         raise
     state = pod.close_attempt(episode_id, attempt)
+    egress_log = _end_phase(pod, "agent", egress)
     stalled = result is not None and result.timed_out and not clock.fired
     failure, truncated = classify_end(result, state, task.limits.max_turns, stalled=stalled)
     verifier_boxes: list[Any] = []
@@ -245,13 +260,19 @@ async def run_attempt(
         if failure is None and truncated is None:
             # copies the workspace out, destroys the agent's sandbox, verifies in fresh ones
             apps = {**(state.world.snapshot() if state.world else {}), **pages.state()} or None
+            egress["verify"] = pod.egress_grant(nets["verify"])
+            out = VerifierNetwork(
+                proxy_env(egress["verify"]) if egress["verify"] else {},
+                pod.egress_socket if egress["verify"] else None,
+            )
             verdict = await asyncio.to_thread(
-                run_verifier, task, sandbox, answer, new_sandbox, labels, apps=apps
+                run_verifier, task, sandbox, answer, new_sandbox, labels, apps=apps, network=out
             )
             reward, detail, outputs = verdict.reward, verdict.detail, verdict.outputs
     except Exception as e:
         failure, error = "verifier_error", f"{type(e).__name__}: {e}"
     finally:
+        egress_log += _end_phase(pod, "verify", egress)
         await asyncio.to_thread(sandbox.destroy)  # a no-op when run_verifier destroyed it
         for box in (sandbox, *verifier_boxes):
             pod.sandboxes.discard(box)
@@ -277,9 +298,22 @@ async def run_attempt(
         reset_reasons=resets,
         verifier_detail=detail or (f"truncated: {truncated}" if truncated else ""),
         verifier_outputs=outputs,
+        egress=egress_log,
         duration_s=time.perf_counter() - start,
         harness_exit_code=result.exit_code if result else None,
         harness_log=log_text,
         service_calls=state.world.calls if state.world else [],
         services=list(task.apps),
     )
+
+
+def _end_phase(pod: AttemptHost, phase: str, keys: dict[str, str | None]) -> list[dict[str, Any]]:
+    """Revoke ``phase``'s key to the egress proxy; what it reached or was refused, in order."""
+    key = keys.pop(phase, None)
+    grant = pod.egress.revoke(key) if key else None
+    if grant is None:
+        return []
+    return [
+        {"phase": phase, "host": h, "port": p, "allowed": ok, "why": why}
+        for h, p, ok, why in grant.log
+    ]

@@ -213,6 +213,9 @@ class Episode:
     # what the verifier's run wrote (Harbor's test-stdout.txt, ctrf.json) and what the agent
     # changed on the system outside its workdir (system_changes), by name
     verifier_outputs: dict[str, str] = field(default_factory=dict)
+    # what the agent and verify phases reached through the egress proxy, or were refused:
+    # {phase, host, port, allowed, why}, in order (forge.sandboxes.egress)
+    egress: list[dict[str, Any]] = field(default_factory=list)
     duration_s: float = 0.0
     harness_exit_code: int | None = None
     harness_log: str = ""

@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from forge.sandboxes.base import ArchiveTooLarge, ExecResult, Sandbox, SandboxSpec
@@ -59,6 +60,7 @@ MAX_CHANGES = 500  # system paths the agent changed, listed with the episode
 __all__ = [
     "MAX_WORKSPACE_BYTES",
     "VERIFIER_DIR",
+    "VerifierNetwork",
     "run_verifier",
     "unreadable_outputs",
     "verifier_dir",
@@ -109,17 +111,27 @@ def unreadable_outputs() -> int:
     return _unreadable
 
 
+@dataclass
+class VerifierNetwork:
+    """The verify phase's way out (``sandbox.network.verify``): the variables that point its
+    commands at the egress proxy, and the proxy's socket for a fresh verifier sandbox to relay
+    (both empty: its proxy only, or nothing)."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    egress_socket: str | None = None
+
+
 class _VerifierBox:
     """A verifier sandbox with its own folder :attr:`verifier_dir` (a random name under the
     home, made before the agent's copy could name it), whose commands get it as
     ``$VERIFIER_DIR`` (where the backend shows it: a host path when it runs unisolated)."""
 
-    def __init__(self, box: Sandbox) -> None:
+    def __init__(self, box: Sandbox, env: dict[str, str] | None = None) -> None:
         self.box = box
         self.verifier_dir = f"{VERIFIER_DIR}-{secrets.token_hex(8)}"
         home = box.path_map().get(HOME)
         shown = self.verifier_dir.replace(HOME, home, 1) if home else self.verifier_dir
-        self.env = {"VERIFIER_DIR": shown}
+        self.env = {**(env or {}), "VERIFIER_DIR": shown}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.box, name)
@@ -136,6 +148,7 @@ def _fresh(
     spec: SandboxSpec,
     workspace: bytes,
     files: dict[str, str],
+    env: dict[str, str],
 ) -> Sandbox:
     box = new_sandbox()
     try:
@@ -145,7 +158,7 @@ def _fresh(
             if cleared.exit_code != 0:
                 raise RuntimeError(f"emptying {box.workspace}: {cleared.stderr.strip()}")
         box.put_archive(box.workspace, workspace)
-        wrapped = _VerifierBox(box)
+        wrapped = _VerifierBox(box, env)
         for rel, text in files.items():
             box.put_file(f"{wrapped.verifier_dir}/{rel}", text)
     except BaseException:
@@ -174,19 +187,22 @@ def run_verifier(
     labels: dict[str, str] | None = None,
     max_workspace_bytes: int = MAX_WORKSPACE_BYTES,
     apps: dict[str, Any] | None = None,
+    network: VerifierNetwork | None = None,
 ) -> Verdict:
     """Score ``task`` for an attempt whose harness has exited; see the module docstring.
 
     ``new_sandbox`` returns a new, not yet created sandbox of the agent's backend. The agent's
     sandbox is destroyed here, whatever the outcome (its workspace is copied out first).
     ``apps``: the state of the task's services after the episode (``app_state`` reads it).
+    ``network``: the verify phase's way out, if its network has one.
     """
+    network = network or VerifierNetwork()
     top = build_verifier(task.verifier)
     verifiers = _flatten(top)
     changes = system_changes(agent_sandbox, task)
     if in_place(verifiers):
         try:
-            verdict = _verify(verifiers[0], _VerifierBox(agent_sandbox), answer)
+            verdict = _verify(verifiers[0], _VerifierBox(agent_sandbox, network.env), answer)
         finally:
             agent_sandbox.destroy()
         return _with_changes(verdict, changes)
@@ -202,6 +218,7 @@ def run_verifier(
         labels={**(labels or {}), "role": "verifier"},
         deadline_s=_deadline(verifiers),
         environment=task.environment.model_dump() if task.environment else None,
+        egress_socket=network.egress_socket,
     )
     files = verifier_files(task, verifiers)
     verdicts: list[Verdict] = []
@@ -216,7 +233,7 @@ def run_verifier(
                 continue
             if box is None:
                 assert workspace is not None
-                box = _fresh(new_sandbox, spec, workspace, files)
+                box = _fresh(new_sandbox, spec, workspace, files, network.env)
             verdicts.append(_verify(v, box, answer))
             if v.runs_commands:
                 box.destroy()

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from forge.config import load_config  # noqa: E402
-from forge.images.task import TaskImageError, ensure  # noqa: E402
+from forge.images.task import TaskImageError, build_network, ensure  # noqa: E402
 from forge.sandboxes.docker_api import client_for  # noqa: E402
 from tasks.harbor import UNSUPPORTED, task_dirs, task_id  # noqa: E402
 from tasks.loader import load_suite  # noqa: E402
@@ -78,7 +78,8 @@ def build(rows: dict[str, dict[str, Any]], tasks: list[Any], config: Any) -> lis
     for i, t in enumerate(tasks, 1):
         row, t0 = rows[t.id], time.monotonic()
         try:
-            ensure(client, t.environment.model_dump(), config.sandbox.image_aliases, lambda _: None)
+            env, aliases = t.environment.model_dump(), config.sandbox.image_aliases
+            ensure(client, env, aliases, lambda _: None, build_network(config.sandbox))
             row["build"] = f"{time.monotonic() - t0:.0f}s"
             built.append(t.id)
         except TaskImageError as e:

@@ -196,6 +196,7 @@ def load_task(folder: Path) -> Task:
     limits = {"timeout_s": config.agent.timeout_sec} if config.agent.timeout_sec else {}
     tags = config.metadata.get("tags", [])
     data = {
+        "allow_internet": _asks_for_internet(env_cfg),
         "id": task_id(folder),
         "instruction": strip_canary((folder / "instruction.md").read_text(encoding="utf-8")),
         "verifier": verifier,
@@ -214,6 +215,14 @@ def load_task(folder: Path) -> Task:
         raise TaskError([(str(folder), f, m) for f, m in validation_problems(e, "")]) from None
     task._source = str(folder)
     return task
+
+
+def _asks_for_internet(env_cfg: Any) -> bool:
+    """task.toml's ``allow_internet = true``, or a ``network_mode = "public"`` it sets itself
+    (Harbor's default when unset is public, which OpenForge does not give unasked)."""
+    if env_cfg.allow_internet is not None:
+        return bool(env_cfg.allow_internet)
+    return "network_mode" in env_cfg.model_fields_set and env_cfg.network_mode.value == "public"
 
 
 def _get(config: Any, dotted: str) -> Any:

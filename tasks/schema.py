@@ -320,6 +320,12 @@ class Task(BaseModel):
         default=None,
         description="Set for a task that brings its own image (see Environment): Harbor tasks.",
     )
+    allow_internet: bool = Field(
+        default=False,
+        description="The task needs the internet while the agent works and while it is "
+        "checked (Harbor's allow_internet): its agent and verify phases are open, where the "
+        "run's sandbox.network.honour_task_requests allows it.",
+    )
     tags: list[str] = Field(default_factory=list, description="Free-form labels for filtering.")
 
     _source: str | None = PrivateAttr(default=None)

@@ -101,3 +101,12 @@ class NetworkConfig(BaseModel):
         if v.mode not in ("open", "none"):
             raise ValueError("the build phase is open or none (a build has no model proxy)")
         return v
+
+
+def phase_network(config: NetworkConfig, phase: str, task_asks: bool = False) -> PhaseNetwork:
+    """The network of ``phase`` (``agent`` or ``verify``) of an attempt whose task asks for the
+    internet (``task_asks``) or not."""
+    policy: PhaseNetwork = getattr(config, phase)
+    if task_asks and config.honour_task_requests and policy.mode != "open":
+        return policy.model_copy(update={"mode": "open"})
+    return policy

@@ -8,6 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from forge.config.network import NetworkConfig
+
 
 class Strict(BaseModel):
     """A config section: unknown keys are refused, naming them."""
@@ -128,6 +130,11 @@ class SandboxConfig(Strict):
         "the images `forge image build` makes; no network but the attempt's proxy. "
         "kubernetes: one pod per attempt (settings in sandbox.kubernetes; proxy.host must be "
         "reachable from the pods), exec and files through the agent on the pod IP.",
+    )
+    network: NetworkConfig = Field(
+        default_factory=NetworkConfig,
+        description="What each phase of an attempt may reach (build, agent, verify): none, "
+        "proxy-only (the default for agent and verify), allowlist or open.",
     )
     root: str | None = Field(
         None,

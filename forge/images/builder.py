@@ -143,9 +143,11 @@ def build_context(
     progress: Progress,
     alias: str | None,
     timeout_s: float | None = None,
+    network: str = "none",
 ) -> None:
     """Build ``tag`` from ``context`` (name in the context -> host path to add, or the bytes of
-    a file; "Dockerfile" among them), sent to the daemon as a tar; never pulls."""
+    a file; "Dockerfile" among them), sent to the daemon as a tar; never pulls. ``network``:
+    its ``RUN`` steps' (``none``, or ``host``: the daemon's host's network)."""
     with tempfile.TemporaryFile(dir=cache_dir()) as f:
         with tarfile.open(fileobj=f, mode="w") as tar:
             for name, src in sorted(context.items()):
@@ -167,7 +169,7 @@ def build_context(
             rm=True,
             forcerm=True,
             pull=False,
-            network_mode="none",
+            network_mode=network,
             decode=True,
             timeout=timeout_s,
         )

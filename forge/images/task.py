@@ -135,14 +135,21 @@ def _build_lock(tag: str) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def build_network(sandbox: Any) -> str:
+    """The network a task image's ``RUN`` steps get (``sandbox.network.build``): the daemon's
+    host's when ``open`` (a Dockerfile that installs packages), else none."""
+    return "host" if sandbox.network.build.mode == "open" else "none"
+
+
 def ensure(
     client: Any,
     env: dict[str, Any],
     aliases: dict[str, str],
     progress: images.Progress = lambda _: None,
+    network: str = "none",
 ) -> str:
     """The task image of ``env`` in the daemon, built when missing (the base image too, when
-    an alias needs it); returns its tag."""
+    an alias needs it), its ``RUN`` steps on ``network``; returns its tag."""
     tag, dockerfile, note = plan(env, aliases, client)
     if builder.has_image(client, tag):
         return tag
@@ -162,7 +169,7 @@ def ensure(
         t0 = time.monotonic()
         try:
             builder.build_context(
-                client, tag, context, progress, None, timeout_s=env.get("build_timeout_s")
+                client, tag, context, progress, None, env.get("build_timeout_s"), network
             )
         except Exception as e:
             raise TaskImageError(f"{folder}: {e}") from e
@@ -199,7 +206,9 @@ def prepare(
     failed: list[tuple[str, str, str]] = []
     for i, task in enumerate(own, 1):
         try:
-            ensure(client, task["environment"], sandbox.image_aliases, progress)
+            ensure(
+                client, task["environment"], sandbox.image_aliases, progress, build_network(sandbox)
+            )
         except TaskImageError as e:
             failed.append((task["id"], "image", str(e)))
         if i % 10 == 0 or i == len(own):

@@ -45,6 +45,9 @@ class SandboxSpec:
     proxy_port: int = 8931
     proxy_tcp: str | None = None
     environment: dict[str, Any] | None = None
+    # the run's egress proxy (its host Unix socket), relayed to 127.0.0.1:EGRESS_PORT inside,
+    # in a phase whose network is allowlist or open (forge.sandboxes.egress)
+    egress_socket: str | None = None
 
 
 class Sandbox(Protocol):

@@ -138,10 +138,13 @@ class Relay:
         self.listener.close()
 
 
-def run_bridged(listen: str, unix_path: str, cmd: list[str]) -> int:
-    """Listen on ``listen`` relaying to ``unix_path``, run ``cmd``, return its exit status."""
-    host, port = split_host_port(listen)
-    relay = Relay(listen_tcp(host, port), connect_unix(unix_path))
+def run_bridged(pairs: list[tuple[str, str]], cmd: list[str]) -> int:
+    """Listen on each ``HOST:PORT`` relaying to its Unix socket, run ``cmd``, return its exit
+    status."""
+    relays = []
+    for listen, unix_path in pairs:
+        host, port = split_host_port(listen)
+        relays.append(Relay(listen_tcp(host, port), connect_unix(unix_path)))
     try:
         child = subprocess.Popen(cmd)
     except OSError as e:
@@ -154,15 +157,21 @@ def run_bridged(listen: str, unix_path: str, cmd: list[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
     rc = child.wait()
-    relay.close()
+    for relay in relays:
+        relay.close()
     return 128 - rc if rc < 0 else rc
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 4 or argv[2] != "--":
-        print("usage: bridge.py HOST:PORT UNIX_SOCKET -- COMMAND [ARGS...]", file=sys.stderr)
+    sep = argv.index("--") if "--" in argv else -1
+    pairs = argv[:sep] if sep > 0 else []
+    if not pairs or len(pairs) % 2 or len(argv) <= sep + 1:
+        print(
+            "usage: bridge.py HOST:PORT UNIX_SOCKET [HOST:PORT UNIX_SOCKET ...] -- COMMAND [ARGS]",
+            file=sys.stderr,
+        )
         return 2
-    return run_bridged(argv[0], argv[1], argv[3:])
+    return run_bridged(list(zip(pairs[::2], pairs[1::2], strict=True)), argv[sep + 1 :])
 
 
 if __name__ == "__main__":

@@ -59,6 +59,7 @@ from forge.sandboxes.agent_client import AgentClient, AgentUnavailable
 from forge.sandboxes.agent_sandbox import AgentSandbox
 from forge.sandboxes.base import SandboxSpec
 from forge.sandboxes.docker_api import LABEL, _remove, client_for, require_image
+from forge.sandboxes.egress import EGRESS_PORT
 from forge.sandboxes.orphans import dir_name, pid_start, rmtree
 from forge.sandboxes.tmproot import private_root
 
@@ -67,6 +68,7 @@ log = logging.getLogger(__name__)
 RUN_DIR = "/run/forge"  # the per-sandbox host folder, inside the container
 AGENT_SOCKET = f"{RUN_DIR}/agent.sock"
 PROXY_SOCKET = f"{RUN_DIR}/proxy.sock"
+EGRESS_SOCKET = f"{RUN_DIR}/egress.sock"
 TOKEN_FILE = f"{RUN_DIR}/token"
 CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID"]
 
@@ -147,7 +149,12 @@ class DockerSandbox(AgentSandbox):
         if spec.environment:  # a task's own image: built when missing, the harness mounted
             from forge.images import task as task_images
 
-            image = task_images.ensure(client, spec.environment, self.config.image_aliases)
+            image = task_images.ensure(
+                client,
+                spec.environment,
+                self.config.image_aliases,
+                network=task_images.build_network(self.config),
+            )
             binds = dict(spec.ro_mounts)
             self.workspace = spec.environment["workdir"]
         else:
@@ -173,6 +180,9 @@ class DockerSandbox(AgentSandbox):
             mounts.append(_bind(socket_path, PROXY_SOCKET, read_only=False))
             proxies[f"127.0.0.1:{spec.proxy_port}"] = PROXY_SOCKET
             self._proxy_addr = f"127.0.0.1:{spec.proxy_port}"
+        if spec.egress_socket:  # the phase's way out: the run's egress proxy
+            mounts.append(_bind(spec.egress_socket, EGRESS_SOCKET, read_only=False))
+            proxies[f"127.0.0.1:{EGRESS_PORT}"] = EGRESS_SOCKET
         extra = [] if os.geteuid() == 0 else ["--socket-mode", "666"]
         command = agent_command(
             unix=AGENT_SOCKET,

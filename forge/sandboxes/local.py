@@ -52,6 +52,7 @@ from forge.sandboxes.bwrap import (
     sandbox_path_var,
     write_etc,
 )
+from forge.sandboxes.egress import EGRESS_PORT
 from forge.sandboxes.orphans import (
     LABELS_FILE,
     default_root,
@@ -66,6 +67,7 @@ from forge.sandboxes.tmproot import private_root
 log = logging.getLogger(__name__)
 
 PROXY_SOCKET = "/run/forge/proxy.sock"  # the proxy socket as the sandbox sees it
+EGRESS_SOCKET = "/run/forge/egress.sock"  # the egress proxy's, in a phase that has one
 BRIDGE = "/opt/forge/bridge.py"  # the bridge program as the sandbox sees it
 _BRIDGE_HOST = str(Path(bridge.__file__).resolve())
 _warned: set[str] = set()
@@ -292,14 +294,19 @@ class LocalSandbox:
         if self.isolated:
             ro_mounts = dict(self.spec.ro_mounts)
             binds: dict[str, str] = {}
+            relayed: list[str] = []  # HOST:PORT SOCKET pairs, as the sandbox sees them
             if self._socket:
                 if not os.path.exists(self._socket):
                     raise RuntimeError(f"proxy socket {self._socket} does not exist")
                 binds[self._socket] = PROXY_SOCKET
+                relayed += [f"127.0.0.1:{self.spec.proxy_port}", PROXY_SOCKET]
+            if self.spec.egress_socket:  # the phase's way out: the run's egress proxy
+                binds[self.spec.egress_socket] = EGRESS_SOCKET
+                relayed += [f"127.0.0.1:{EGRESS_PORT}", EGRESS_SOCKET]
+            if relayed:
                 ro_mounts[_BRIDGE_HOST] = BRIDGE
-                listen = f"127.0.0.1:{self.spec.proxy_port}"
                 # -I -S: the relay needs only the standard library (skipping site: ~15 ms less)
-                cmd = [host_python(), "-I", "-S", BRIDGE, listen, PROXY_SOCKET, "--", *cmd]
+                cmd = [host_python(), "-I", "-S", BRIDGE, *relayed, "--", *cmd]
             if self._data is not None:  # /tmp inside the quota too (bwrap's own is unbounded)
                 binds[str(self._data / "tmp")] = "/tmp"
             argv = bwrap_argv(

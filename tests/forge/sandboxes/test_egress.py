@@ -10,11 +10,15 @@ import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import httpx
 import pytest
 
+from forge.sandboxes.base import SandboxSpec
+from forge.sandboxes.bwrap import bwrap_works
 from forge.sandboxes.egress import EgressProxy, proxy_env
+from forge.sandboxes.local import LocalSandbox
 
 STAND_IN = "127.0.0.2"
 
@@ -41,20 +45,28 @@ def internet() -> Iterator[int]:
 
 
 @pytest.fixture
-def egress() -> Iterator[tuple[EgressProxy, int]]:
+def served(tmp_path: Path) -> Iterator[tuple[EgressProxy, int, str]]:
+    """An egress proxy on a loopback port and on a Unix socket (as a HarnessPod serves it)."""
     proxy = EgressProxy()
     loop = asyncio.new_event_loop()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     sock.listen(16)
     sock.setblocking(False)
+    path = str(tmp_path / "egress.sock")
     loop.run_until_complete(proxy.start_tcp(sock))
+    loop.run_until_complete(proxy.start_unix(path))
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    yield proxy, sock.getsockname()[1]
+    yield proxy, sock.getsockname()[1], path
     asyncio.run_coroutine_threadsafe(proxy.stop(), loop).result(5)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(5)
+
+
+@pytest.fixture
+def egress(served) -> tuple[EgressProxy, int]:
+    return served[0], served[1]
 
 
 def _get(port: int, key: str | None, url: str) -> httpx.Response:
@@ -104,3 +116,37 @@ def test_proxy_env_points_every_client_at_the_sandboxes_relay() -> None:
     env = proxy_env("k3y")
     assert env["HTTPS_PROXY"] == env["http_proxy"] == "http://forge:k3y@127.0.0.1:8939"
     assert "127.0.0.1" in env["NO_PROXY"]  # the model's proxy stays direct
+
+
+FETCH = """
+import sys, urllib.request
+try:
+    print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())
+except Exception as e:
+    print(f"{type(e).__name__}: {e}")
+"""
+
+
+@pytest.mark.skipif(not bwrap_works(), reason="bubblewrap cannot make namespaces here")
+def test_a_bwrap_sandbox_reaches_out_only_through_its_phases_grant(
+    internet, served, tmp_path: Path
+) -> None:
+    """The local backend relays the egress socket into the sandbox's own network namespace:
+    with a grant the stand-in answers through it; without the variables (proxy-only) or with a
+    revoked key it does not, and nothing is reachable directly."""
+    proxy, _, path = served
+    url = f"http://{STAND_IN}:{internet}/from-the-sandbox"
+    box = LocalSandbox(root=tmp_path / "boxes")
+    box.create(SandboxSpec(labels={"run": "egress"}, egress_socket=path))
+    try:
+        box.put_file("fetch.py", FETCH)
+        key = proxy.grant("allowlist", [], [f"{STAND_IN}/32"], [internet])
+        r = box.exec(["python3", "fetch.py", url], 30, proxy_env(key))
+        assert r.stdout.strip().endswith("/from-the-sandbox"), r.stdout + r.stderr
+        direct = box.exec(["python3", "fetch.py", url], 30)  # proxy-only: no way there
+        assert "Connection refused" in direct.stdout or "URLError" in direct.stdout
+        proxy.revoke(key)
+        r = box.exec(["python3", "fetch.py", url], 30, proxy_env(key))
+        assert "407" in r.stdout
+    finally:
+        box.destroy()
