@@ -38,9 +38,8 @@ from actors.attempt_state import AttemptState
 from actors.listen import listen_tcp
 from actors.service_routes import service_routes
 from forge.config import ProxyConfig, SandboxConfig
-from forge.config.network import PhaseNetwork
 from forge.episode import run_attempt
-from forge.sandboxes.egress import EgressProxy
+from forge.sandboxes.egress import EGRESS_PORT, EgressProxy
 from forge.types import ChatRequest, Completion, Episode, ImagePart, Turn
 from serve.engines.base import ContextLengthError, ImageInputError
 from serve.http_app import build_app, image_error, protocol_routes, request_api_key
@@ -124,6 +123,7 @@ class HarnessPod:
         self.sandboxes: set[Any] = set()  # live sandboxes, destroyed on stop
         self.egress = EgressProxy()  # the way out of a phase whose network allows one
         self.egress_socket: str | None = None
+        self.egress_port: int | None = None  # kubernetes: its TCP port, beside the proxy's
 
     # -- the proxy server -------------------------------------------------------------------
 
@@ -167,9 +167,13 @@ class HarnessPod:
             self._servers.append((server, task))
         self.port = tcp.getsockname()[1]
         os.chmod(self.socket_path, 0o666)
-        self.egress_socket = os.path.join(os.path.dirname(self.socket_path), "egress.sock")
-        await self.egress.start_unix(self.egress_socket)
-        os.chmod(self.egress_socket, 0o666)  # a sandbox's agent relays it: keys guard it
+        kube = self.sandbox_config.backend == "kubernetes"  # pods reach it as the proxy's
+        self.egress_socket, self.egress_port = await self.egress.serve(
+            os.path.dirname(self.socket_path),
+            listen_tcp(self.listen_host, self.proxy_ports(), "sandbox.kubernetes.proxy_ports")
+            if kube
+            else None,
+        )
         log.info("pod %s proxy on %s and %s", self.pod_id, self.address(), self.socket_path)
         return self.address()
 
@@ -187,9 +191,7 @@ class HarnessPod:
         await self.egress.stop()
         if self.socket_path:
             with contextlib.suppress(OSError):
-                for path in (self.socket_path, self.egress_socket):
-                    if path and os.path.exists(path):
-                        os.remove(path)
+                os.remove(self.socket_path)
                 os.rmdir(os.path.dirname(self.socket_path))
 
     def ready(self) -> str:
@@ -235,12 +237,11 @@ class HarnessPod:
             self._closed_images.pop(self._ended.popitem(last=False)[0], None)
         return state
 
-    def egress_grant(self, policy: PhaseNetwork) -> str | None:
-        """A key to the egress proxy for a phase whose network is ``allowlist`` or ``open``
-        (None otherwise); revoke it with ``self.egress.revoke`` when the phase ends."""
-        if not policy.through_egress():
-            return None
-        return self.egress.grant(policy.mode, policy.hosts, policy.cidrs, policy.ports)
+    def egress_address(self) -> str:
+        """Where sandboxes reach the egress proxy: kubernetes, this pod's TCP port (one of
+        :meth:`proxy_ports`, which the NetworkPolicy opens); else the relay inside them."""
+        port = self.egress_port
+        return f"{self.host}:{port}" if port is not None else f"127.0.0.1:{EGRESS_PORT}"
 
     def turns(self, episode_id: str, attempt: int) -> list[Turn]:
         return list(self._attempts[(episode_id, attempt)].turns)

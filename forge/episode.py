@@ -71,7 +71,7 @@ class AttemptHost(Protocol):
     egress: EgressProxy
     egress_socket: str | None
 
-    def egress_grant(self, policy: PhaseNetwork) -> str | None: ...
+    def egress_address(self) -> str: ...
 
     def open_attempt(
         self,
@@ -160,7 +160,7 @@ async def run_attempt(
     in_place = verifies_in_place(task)
     network = pod.sandbox_config.network
     nets = {p: phase_network(network, p, task.allow_internet) for p in ("agent", "verify")}
-    egress = {"agent": pod.egress_grant(nets["agent"])}  # phase -> its key to the egress proxy
+    egress = {"agent": _grant(pod, nets["agent"])}  # phase -> its key to the egress proxy
     relay_egress = egress["agent"] or (in_place and nets["verify"].through_egress())
     labels = {"run": pod.run, "pod": pod.pod_id, "episode": episode_id, "attempt": str(attempt)}
     spec = SandboxSpec(
@@ -218,7 +218,7 @@ async def run_attempt(
             sandbox.put_file(path, content)
         env = app_env(task, ctx, harness.env(ctx))
         if egress["agent"]:  # its clients go out through the egress proxy, keyed to this phase
-            env = {**env, **proxy_env(egress["agent"])}
+            env = {**env, **proxy_env(egress["agent"], pod.egress_address())}
         names = list(env)  # the harness's own: its services (the page relay) do not get them
         env = {**env, PAGE_KEY_ENV: info["api_key"]} if pages.ports else env
         command = services.wrap(pages.relayed(task, base), ctx, harness.command(ctx), names)
@@ -260,9 +260,9 @@ async def run_attempt(
         if failure is None and truncated is None:
             # copies the workspace out, destroys the agent's sandbox, verifies in fresh ones
             apps = {**(state.world.snapshot() if state.world else {}), **pages.state()} or None
-            egress["verify"] = pod.egress_grant(nets["verify"])
+            egress["verify"] = _grant(pod, nets["verify"])
             out = VerifierNetwork(
-                proxy_env(egress["verify"]) if egress["verify"] else {},
+                proxy_env(egress["verify"], pod.egress_address()) if egress["verify"] else {},
                 pod.egress_socket if egress["verify"] else None,
             )
             verdict = await asyncio.to_thread(
@@ -305,6 +305,11 @@ async def run_attempt(
         service_calls=state.world.calls if state.world else [],
         services=list(task.apps),
     )
+
+
+def _grant(pod: AttemptHost, policy: PhaseNetwork) -> str | None:
+    """A key to the egress proxy for a phase whose network is allowlist or open, else None."""
+    return pod.egress.grant(policy) if policy.through_egress() else None
 
 
 def _end_phase(pod: AttemptHost, phase: str, keys: dict[str, str | None]) -> list[dict[str, Any]]:

@@ -15,15 +15,19 @@ address (the cluster: Ray's ports, the HarnessPods, the pod network) is refused 
 listed. Ports must be among the grant's ``ports`` (empty: any).
 
 It runs in the HarnessPod's process (one per pod, beside the model proxy) on a Unix socket that
-the sandboxes relay to ``127.0.0.1:EGRESS_PORT`` inside, as the model proxy is relayed.
+the sandboxes relay to ``127.0.0.1:EGRESS_PORT`` inside, as the model proxy is relayed; on
+kubernetes also on a TCP port of the proxy's range, which the run's NetworkPolicy opens to the
+sandbox pods (as it opens the proxy's: the pods reach nothing else).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import fnmatch
 import ipaddress
+import os
 import secrets
 import socket
 from dataclasses import dataclass, field
@@ -67,10 +71,12 @@ class EgressProxy:
     def __init__(self) -> None:
         self.grants: dict[str, Grant] = {}
         self._servers: list[asyncio.AbstractServer] = []
+        self._paths: list[str] = []
 
-    def grant(self, mode: str, hosts: list[str], cidrs: list[str], ports: list[int]) -> str:
+    def grant(self, policy: Any) -> str:
+        """A new key for a phase's ``policy`` (a :class:`forge.config.network.PhaseNetwork`)."""
         key = secrets.token_urlsafe(24)
-        self.grants[key] = Grant(mode, list(hosts), list(cidrs), list(ports))
+        self.grants[key] = Grant(policy.mode, [*policy.hosts], [*policy.cidrs], [*policy.ports])
         return key
 
     def revoke(self, key: str) -> Grant | None:
@@ -82,10 +88,26 @@ class EgressProxy:
     async def start_tcp(self, sock: socket.socket) -> None:
         self._servers.append(await asyncio.start_server(self._serve, sock=sock))
 
+    async def serve(self, folder: str, tcp: socket.socket | None) -> tuple[str, int | None]:
+        """Serve on ``folder/egress.sock`` (any local user may connect: keys guard it) and on
+        ``tcp`` when given; returns the socket's path and the TCP port."""
+        path = os.path.join(folder, "egress.sock")
+        await self.start_unix(path)
+        os.chmod(path, 0o666)
+        self._paths.append(path)
+        if tcp is None:
+            return path, None
+        await self.start_tcp(tcp)
+        return path, tcp.getsockname()[1]
+
     async def stop(self) -> None:
         for server in self._servers:
             server.close()
         self._servers = []
+        for path in self._paths:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+        self._paths = []
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -194,10 +216,10 @@ async def _answer(writer: asyncio.StreamWriter, status: int, why: str, auth: boo
     await writer.drain()
 
 
-def proxy_env(key: str, port: int = EGRESS_PORT) -> dict[str, str]:
-    """The variables that send a sandbox's HTTP(S) clients through the egress proxy (and keep
-    the model's proxy on loopback direct)."""
-    url = f"http://{USER}:{key}@127.0.0.1:{port}"
+def proxy_env(key: str, address: str = f"127.0.0.1:{EGRESS_PORT}") -> dict[str, str]:
+    """The variables that send a sandbox's HTTP(S) clients through the egress proxy at
+    ``address`` (and keep the model's proxy on loopback direct)."""
+    url = f"http://{USER}:{key}@{address}"
     out = {}
     for name in ("http_proxy", "https_proxy", "all_proxy"):
         out[name] = out[name.upper()] = url

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from forge.config.network import PhaseNetwork
 from forge.sandboxes.base import SandboxSpec
 from forge.sandboxes.bwrap import bwrap_works
 from forge.sandboxes.egress import EgressProxy, proxy_env
@@ -69,6 +70,10 @@ def egress(served) -> tuple[EgressProxy, int]:
     return served[0], served[1]
 
 
+def _policy(mode: str, hosts: list[str], cidrs: list[str], ports: list[int]) -> PhaseNetwork:
+    return PhaseNetwork(mode=mode, hosts=hosts, cidrs=cidrs, ports=ports)
+
+
 def _get(port: int, key: str | None, url: str) -> httpx.Response:
     auth = f"forge:{key}@" if key else ""
     with httpx.Client(proxy=f"http://{auth}127.0.0.1:{port}", timeout=10) as client:
@@ -78,16 +83,16 @@ def _get(port: int, key: str | None, url: str) -> httpx.Response:
 def test_the_stand_in_is_reached_exactly_when_the_grant_allows_it(internet, egress) -> None:
     proxy, port = egress
     url = f"http://{STAND_IN}:{internet}/simple/pytest/"
-    listed = proxy.grant("allowlist", [], [f"{STAND_IN}/32"], [internet])
+    listed = proxy.grant(_policy("allowlist", [], [f"{STAND_IN}/32"], [internet]))
     r = _get(port, listed, url)
     assert r.status_code == 200 and r.text.endswith("/simple/pytest/")
-    other = proxy.grant("allowlist", ["pypi.org"], [], [internet])
+    other = proxy.grant(_policy("allowlist", ["pypi.org"], [], [internet]))
     r = _get(port, other, url)
     assert r.status_code == 403 and "not in the allowlist" in r.text
-    wrong_port = proxy.grant("allowlist", [], [f"{STAND_IN}/32"], [443])
+    wrong_port = proxy.grant(_policy("allowlist", [], [f"{STAND_IN}/32"], [443]))
     assert "port" in _get(port, wrong_port, url).text
     # open reaches public addresses only: the loopback (the cluster's own) stays out of reach
-    open_ = proxy.grant("open", [], [], [])
+    open_ = proxy.grant(_policy("open", [], [], []))
     r = _get(port, open_, url)
     assert r.status_code == 403 and "is not public" in r.text
     assert [ok for _, _, ok, _ in proxy.grants[listed].log] == [True]
@@ -99,7 +104,7 @@ def test_the_stand_in_is_reached_exactly_when_the_grant_allows_it(internet, egre
 
 def test_a_host_pattern_and_a_connect_tunnel(internet, egress) -> None:
     proxy, port = egress
-    key = proxy.grant("allowlist", ["127.0.0.*"], [], [])  # a pattern over the name given
+    key = proxy.grant(_policy("allowlist", ["127.0.0.*"], [], []))  # a pattern over the name given
     auth = base64.b64encode(f"forge:{key}".encode()).decode()
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         head = f"CONNECT {STAND_IN}:{internet} HTTP/1.1\r\nProxy-Authorization: Basic {auth}"
@@ -140,7 +145,7 @@ def test_a_bwrap_sandbox_reaches_out_only_through_its_phases_grant(
     box.create(SandboxSpec(labels={"run": "egress"}, egress_socket=path))
     try:
         box.put_file("fetch.py", FETCH)
-        key = proxy.grant("allowlist", [], [f"{STAND_IN}/32"], [internet])
+        key = proxy.grant(_policy("allowlist", [], [f"{STAND_IN}/32"], [internet]))
         r = box.exec(["python3", "fetch.py", url], 30, proxy_env(key))
         assert r.stdout.strip().endswith("/from-the-sandbox"), r.stdout + r.stderr
         direct = box.exec(["python3", "fetch.py", url], 30)  # proxy-only: no way there
