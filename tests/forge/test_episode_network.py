@@ -8,9 +8,7 @@ says what each phase reached or was refused. Docker: sandboxes/test_docker_egres
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -21,36 +19,15 @@ from forge.sandboxes.bwrap import bwrap_works
 from forge.types import Episode
 from serve.policy import LocalHandle, Policy
 from tasks.schema import Task
+from tests.forge.sandboxes.standin import FETCH, STAND_IN, serve_internet
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not bwrap_works(), reason="needs bubblewrap")]
-STAND_IN = "127.0.0.2"
-FETCH = """import sys, urllib.request
-try:
-    print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())
-except Exception as e:
-    print(f"{type(e).__name__}: {e}")
-"""
-
-
-class _Hello(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        body = f"stand-in internet: {self.path}".encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")
 def internet() -> Iterator[str]:
-    server = ThreadingHTTPServer((STAND_IN, 0), _Hello)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://{STAND_IN}:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    for port in serve_internet():
+        yield f"http://{STAND_IN}:{port}"
 
 
 def _tasks(url: str) -> dict[str, Task]:

@@ -25,6 +25,8 @@ from forge.sandboxes.docker_api import client_for
 from forge.sandboxes.tmproot import private_root
 from serve.models import cache_dir
 
+from . import standin
+
 PARENT = Path(tempfile.gettempdir()) / "openforge-test-dockerd"
 
 
@@ -88,3 +90,15 @@ def gui_images(docker_daemon: Any) -> dict[str, str]:
     tags = builder.build(client, ["gui", "browser", "desktop"], progress=lambda m: None)
     print(f"\n[docker gui] gui, browser and desktop images ready in {time.monotonic() - t0:.1f}s")
     return dict(zip(["base", "gui", "browser", "desktop"], tags, strict=True))
+
+
+@pytest.fixture(scope="module")
+def internet() -> Iterator[int]:
+    """A stand-in internet on 127.0.0.2 (standin.py); its port."""
+    yield from standin.serve_internet()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Any]:
+    """An egress proxy on a loopback port and a Unix socket (standin.py)."""
+    yield from standin.serve_egress(tmp_path)

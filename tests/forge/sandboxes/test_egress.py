@@ -4,74 +4,24 @@ by a real HTTP client (httpx) and a raw CONNECT tunnel."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import socket
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import pytest
 
-from forge.config.network import PhaseNetwork
 from forge.sandboxes.base import SandboxSpec
 from forge.sandboxes.bwrap import bwrap_works
 from forge.sandboxes.egress import EgressProxy, proxy_env
 from forge.sandboxes.local import LocalSandbox
 
-STAND_IN = "127.0.0.2"
-
-
-class _Hello(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        body = f"hello from the stand-in internet: {self.path}".encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture(scope="module")
-def internet() -> Iterator[int]:
-    server = ThreadingHTTPServer((STAND_IN, 0), _Hello)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
-
-
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[EgressProxy, int, str]]:
-    """An egress proxy on a loopback port and on a Unix socket (as a HarnessPod serves it)."""
-    proxy = EgressProxy()
-    loop = asyncio.new_event_loop()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    sock.setblocking(False)
-    path = str(tmp_path / "egress.sock")
-    loop.run_until_complete(proxy.start_tcp(sock))
-    loop.run_until_complete(proxy.start_unix(path))
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    yield proxy, sock.getsockname()[1], path
-    asyncio.run_coroutine_threadsafe(proxy.stop(), loop).result(5)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(5)
+from .standin import FETCH, STAND_IN, policy
 
 
 @pytest.fixture
 def egress(served) -> tuple[EgressProxy, int]:
     return served[0], served[1]
-
-
-def _policy(mode: str, hosts: list[str], cidrs: list[str], ports: list[int]) -> PhaseNetwork:
-    return PhaseNetwork(mode=mode, hosts=hosts, cidrs=cidrs, ports=ports)
 
 
 def _get(port: int, key: str | None, url: str) -> httpx.Response:
@@ -83,16 +33,16 @@ def _get(port: int, key: str | None, url: str) -> httpx.Response:
 def test_the_stand_in_is_reached_exactly_when_the_grant_allows_it(internet, egress) -> None:
     proxy, port = egress
     url = f"http://{STAND_IN}:{internet}/simple/pytest/"
-    listed = proxy.grant(_policy("allowlist", [], [f"{STAND_IN}/32"], [internet]))
+    listed = proxy.grant(policy("allowlist", [], [f"{STAND_IN}/32"], [internet]))
     r = _get(port, listed, url)
     assert r.status_code == 200 and r.text.endswith("/simple/pytest/")
-    other = proxy.grant(_policy("allowlist", ["pypi.org"], [], [internet]))
+    other = proxy.grant(policy("allowlist", ["pypi.org"], [], [internet]))
     r = _get(port, other, url)
     assert r.status_code == 403 and "not in the allowlist" in r.text
-    wrong_port = proxy.grant(_policy("allowlist", [], [f"{STAND_IN}/32"], [443]))
+    wrong_port = proxy.grant(policy("allowlist", [], [f"{STAND_IN}/32"], [443]))
     assert "port" in _get(port, wrong_port, url).text
     # open reaches public addresses only: the loopback (the cluster's own) stays out of reach
-    open_ = proxy.grant(_policy("open", [], [], []))
+    open_ = proxy.grant(policy("open", [], [], []))
     r = _get(port, open_, url)
     assert r.status_code == 403 and "is not public" in r.text
     assert [ok for _, _, ok, _ in proxy.grants[listed].log] == [True]
@@ -104,7 +54,7 @@ def test_the_stand_in_is_reached_exactly_when_the_grant_allows_it(internet, egre
 
 def test_a_host_pattern_and_a_connect_tunnel(internet, egress) -> None:
     proxy, port = egress
-    key = proxy.grant(_policy("allowlist", ["127.0.0.*"], [], []))  # a pattern over the name given
+    key = proxy.grant(policy("allowlist", ["127.0.0.*"], [], []))  # a pattern over the name given
     auth = base64.b64encode(f"forge:{key}".encode()).decode()
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         head = f"CONNECT {STAND_IN}:{internet} HTTP/1.1\r\nProxy-Authorization: Basic {auth}"
@@ -123,15 +73,6 @@ def test_proxy_env_points_every_client_at_the_sandboxes_relay() -> None:
     assert "127.0.0.1" in env["NO_PROXY"]  # the model's proxy stays direct
 
 
-FETCH = """
-import sys, urllib.request
-try:
-    print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())
-except Exception as e:
-    print(f"{type(e).__name__}: {e}")
-"""
-
-
 @pytest.mark.skipif(not bwrap_works(), reason="bubblewrap cannot make namespaces here")
 def test_a_bwrap_sandbox_reaches_out_only_through_its_phases_grant(
     internet, served, tmp_path: Path
@@ -145,7 +86,7 @@ def test_a_bwrap_sandbox_reaches_out_only_through_its_phases_grant(
     box.create(SandboxSpec(labels={"run": "egress"}, egress_socket=path))
     try:
         box.put_file("fetch.py", FETCH)
-        key = proxy.grant(_policy("allowlist", [], [f"{STAND_IN}/32"], [internet]))
+        key = proxy.grant(policy("allowlist", [], [f"{STAND_IN}/32"], [internet]))
         r = box.exec(["python3", "fetch.py", url], 30, proxy_env(key))
         assert r.stdout.strip().endswith("/from-the-sandbox"), r.stdout + r.stderr
         direct = box.exec(["python3", "fetch.py", url], 30)  # proxy-only: no way there
