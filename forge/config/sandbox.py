@@ -72,10 +72,10 @@ class KubernetesConfig(Strict):
     proxy_ports: tuple[int, int] = Field(
         PROXY_PORTS,
         description="[first, last] TCP ports of the HarnessPods' proxies (inclusive). Each "
-        "HarnessPod's proxy listens on the first free one (several share a Ray pod: 8 on the "
-        "KubeRay cpu group), and the run's NetworkPolicy lets sandbox pods reach exactly these "
-        "ports of the HarnessPods' pods, nothing else of them (not Ray's own ports). Keep it "
-        "clear of every other listener in those pods.",
+        "HarnessPod takes the first two free ones, its model proxy's and its egress proxy's "
+        "(several share a Ray pod: 8 on the KubeRay cpu group), and the run's NetworkPolicy "
+        "lets sandbox pods reach exactly these ports of the HarnessPods' pods, nothing else of "
+        "them (not Ray's own ports). Keep it clear of every other listener in those pods.",
     )
     node_selector: dict[str, str] = Field(
         default_factory=dict, description="nodeSelector of the sandbox pods."

@@ -105,9 +105,10 @@ def test_kubernetes_harness_pods_listen_inside_the_range_side_by_side() -> None:
         try:
             for pod in pods:
                 await pod.start()
-            got = [pod.port or 0 for pod in pods]
+            got = [p for pod in pods for p in (pod.port or 0, pod.egress_port or 0)]
             with pytest.raises(NoFreePort, match=r"sandbox\.kubernetes\.proxy_ports"):
                 await kube_pod(ports, "one-too-many").start()
+            assert pods[0].egress_address() == f"{pods[0].host}:{pods[0].egress_port}"
             async with asyncio.timeout(10):  # the proxy answers there
                 r, w = await asyncio.open_connection(HOST, got[0])
                 w.write(b"GET /nope HTTP/1.0\r\n\r\n")
@@ -119,14 +120,14 @@ def test_kubernetes_harness_pods_listen_inside_the_range_side_by_side() -> None:
             for pod in pods:
                 await pod.stop()
 
-    with free_range(3) as (lo, hi):
+    with free_range(6) as (lo, hi):  # each pod: its model proxy's port, then its egress's
         ports = asyncio.run(main((lo, hi)))
-    assert sorted(ports) == [lo, lo + 1, lo + 2]
+    assert ports == list(range(lo, lo + 6))
 
 
 def test_local_harness_pod_takes_any_free_port_and_an_explicit_one() -> None:
     async def main(explicit: int) -> tuple[int, int]:
-        pod, fixed = HarnessPod(None), kube_pod((explicit, explicit))
+        pod, fixed = HarnessPod(None), kube_pod((explicit, explicit + 1))
         await pod.start()
         await fixed.start(explicit)
         try:
@@ -135,6 +136,6 @@ def test_local_harness_pod_takes_any_free_port_and_an_explicit_one() -> None:
             await pod.stop()
             await fixed.stop()
 
-    with free_range(1) as (port, _):
+    with free_range(2) as (port, _):  # the egress proxy takes the other port of the range
         got, fixed = asyncio.run(main(port))
     assert got > 0 and fixed == port
