@@ -39,7 +39,7 @@ class PhaseNetwork(BaseModel):
     mode: NetworkMode = Field("proxy-only", description="none, proxy-only, allowlist or open.")
     hosts: list[str] = Field(
         default_factory=list,
-        description="Host names reachable in allowlist mode (glob patterns: *.pythonhosted.org).",
+        description="Host names reachable in allowlist mode (glob patterns: *.mirror.example.com).",
     )
     cidrs: list[str] = Field(
         default_factory=list,

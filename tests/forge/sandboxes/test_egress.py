@@ -36,7 +36,7 @@ def test_the_stand_in_is_reached_exactly_when_the_grant_allows_it(internet, egre
     listed = proxy.grant(policy("allowlist", [], [f"{STAND_IN}/32"], [internet]))
     r = _get(port, listed, url)
     assert r.status_code == 200 and r.text.endswith("/simple/pytest/")
-    other = proxy.grant(policy("allowlist", ["pypi.org"], [], [internet]))
+    other = proxy.grant(policy("allowlist", ["packages.example.com"], [], [internet]))
     r = _get(port, other, url)
     assert r.status_code == 403 and "not in the allowlist" in r.text
     wrong_port = proxy.grant(policy("allowlist", [], [f"{STAND_IN}/32"], [443]))
