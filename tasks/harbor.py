@@ -33,6 +33,7 @@ from pydantic import ValidationError
 
 from tasks.dockerfile import DockerfileError, final_workdir
 from tasks.errors import TaskError, validation_problems
+from tasks.harbor_compose import ComposeError, read_compose
 from tasks.schema import Task
 
 PREFIX = "harbor:"
@@ -142,9 +143,16 @@ def load_task(folder: Path) -> Task:
         raise TaskError([(str(folder / CONFIG), "steps", "multi-step tasks are not supported")])
     env_cfg = config.environment
     dockerfile = folder / "environment" / "Dockerfile"
-    compose = [p.name for p in (folder / "environment").glob("docker-compose.y*ml")]
-    if compose:
-        problems.append((str(folder), f"environment/{compose[0]}", "compose is not supported"))
+    compose_env: dict[str, str] = {}
+    services: list[dict[str, Any]] = []
+    for path in sorted((folder / "environment").glob("docker-compose.y*ml"))[:1]:
+        try:
+            compose_env, services = read_compose(path)
+        except ComposeError as e:
+            where = f"environment/{path.name}"
+            problems.extend(
+                (str(folder), f"{where}: {f}" if f else where, m) for f, m in e.problems
+            )
     if env_cfg.gpus:
         problems.append((str(folder / CONFIG), "environment.gpus", "GPUs are not supported"))
     for field, value in UNSUPPORTED.items():
@@ -166,7 +174,8 @@ def load_task(folder: Path) -> Task:
     environment: dict[str, Any] = {
         "context": str(folder / "environment"),
         "workdir": workdir or "/app",
-        "env": dict(env_cfg.env),
+        "env": {**dict(env_cfg.env), **compose_env},
+        "services": services,
         "build_timeout_s": env_cfg.build_timeout_sec,
         "cpus": env_cfg.cpus,
         "memory_mb": env_cfg.memory_mb,

@@ -242,6 +242,22 @@ class Healthcheck(BaseModel):
     retries: int = Field(default=3, ge=1, description="Failures in a row that mean unhealthy.")
 
 
+class ComposeService(BaseModel):
+    """A service container beside the agent's (a Harbor task's ``docker-compose.yaml``): it
+    shares the agent's network namespace (loopback only), reached by its name."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$", description="Its host name.")
+    image: str | None = Field(default=None, description="A local image (or an alias's).")
+    context: str | None = Field(default=None, description="Host path of its build context.")
+    dockerfile: str = Field(default="Dockerfile", description="Its Dockerfile, in the context.")
+    env: dict[str, str] = Field(default_factory=dict, description="Its environment.")
+    command: list[str] | None = Field(default=None, description="Its command (None: CMD).")
+    entrypoint: list[str] | None = Field(default=None, description="None: its ENTRYPOINT.")
+    healthcheck: Healthcheck | None = Field(default=None, description="Waited for, if any.")
+
+
 class Environment(BaseModel):
     """A task that brings its own container image (a Harbor task's ``environment/``): it runs
     only in the docker backend, from an image built from ``dockerfile`` in ``context`` (its
@@ -274,6 +290,11 @@ class Environment(BaseModel):
         default=None,
         description="A command that must pass before the attempt starts (Harbor's "
         "[environment.healthcheck]); the image's own HEALTHCHECK is waited for as well.",
+    )
+    services: list[ComposeService] = Field(
+        default_factory=list,
+        description="Containers started beside the agent's for the attempt (a Harbor task's "
+        "docker-compose.yaml), healthy before it starts, removed with it.",
     )
 
 

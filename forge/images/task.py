@@ -149,32 +149,82 @@ def ensure(
     network: str = "none",
 ) -> str:
     """The task image of ``env`` in the daemon, built when missing (the base image too, when
-    an alias needs it), its ``RUN`` steps on ``network``; returns its tag."""
+    an alias needs it), its ``RUN`` steps on ``network``, and its services' images
+    (:func:`service_images`); returns its tag."""
     tag, dockerfile, note = plan(env, aliases, client)
-    if builder.has_image(client, tag):
-        return tag
-    with _build_lock(tag):
-        if builder.has_image(client, tag):
-            return tag
-        if note:
-            progress(note)
-        if images.base_tag() in dockerfile:
-            builder.build_base(client, progress)
-        folder = Path(env["context"])
-        context: dict[str, str | bytes] = {
-            str(p.relative_to(folder)): str(p) for p in _context_files(folder)
-        }
-        context["Dockerfile"] = dockerfile.encode()  # what is built, whatever its name was
-        context.update(images.agent_layer(EXTRA)[1])
-        t0 = time.monotonic()
-        try:
-            builder.build_context(
-                client, tag, context, progress, None, env.get("build_timeout_s"), network
-            )
-        except Exception as e:
-            raise TaskImageError(f"{folder}: {e}") from e
-        progress(f"{tag}: built in {time.monotonic() - t0:.1f}s")
+    if not builder.has_image(client, tag):
+        with _build_lock(tag):
+            if not builder.has_image(client, tag):
+                if note:
+                    progress(note)
+                folder, layer = Path(env["context"]), images.agent_layer(EXTRA)[1]
+                _build(client, tag, folder, dockerfile, layer, progress, env, network)
+    service_images(client, env, aliases, progress, network)
     return tag
+
+
+def _build(
+    client: Any,
+    tag: str,
+    folder: Path,
+    dockerfile: str,
+    extra: dict[str, str | bytes],
+    progress: images.Progress,
+    env: dict[str, Any],
+    network: str,
+) -> None:
+    if images.base_tag() in dockerfile:
+        builder.build_base(client, progress)
+    context: dict[str, str | bytes] = {
+        str(p.relative_to(folder)): str(p) for p in _context_files(folder)
+    }
+    context["Dockerfile"] = dockerfile.encode()  # what is built, whatever its name was
+    context.update(extra)
+    t0 = time.monotonic()
+    try:
+        builder.build_context(
+            client, tag, context, progress, None, env.get("build_timeout_s"), network
+        )
+    except Exception as e:
+        raise TaskImageError(f"{folder}: {e}") from e
+    progress(f"{tag}: built in {time.monotonic() - t0:.1f}s")
+
+
+def service_images(
+    client: Any,
+    env: dict[str, Any],
+    aliases: dict[str, str],
+    progress: images.Progress = lambda _: None,
+    network: str = "none",
+) -> dict[str, str]:
+    """Service name -> image of each of ``env``'s compose services: an ``image`` resolved as a
+    ``FROM`` is (an alias, or one the daemon holds), or its build context built as its author
+    wrote it (``FROM`` resolved; nothing of OpenForge's laid on top), when missing."""
+    out: dict[str, str] = {}
+    task = Path(env["context"]).parent.name
+    for svc in env.get("services") or []:
+        where = f"{env['context']}: services.{svc['name']}"
+        if svc.get("image"):
+            out[svc["name"]] = resolver(client, aliases, where)(svc["image"])
+            continue
+        folder = Path(svc["context"])
+        path = folder / svc.get("dockerfile", "Dockerfile")
+        try:
+            text = path.read_text(encoding="utf-8")
+            dockerfile = rewrite_from(text, resolver(client, aliases, str(path)))[0]
+        except (OSError, DockerfileError) as e:
+            raise TaskImageError(f"{path}: {e}") from None
+        h = hashlib.sha256(dockerfile.encode())
+        for f in _context_files(folder):
+            h.update(f"\0{f.relative_to(folder)}\0".encode() + f.read_bytes())
+        name = re.sub(r"[^a-z0-9._-]+", "-", f"{task}-{svc['name']}".lower()).strip("-._")
+        tag = f"{images.REPO}/task-{name[:60]}:{h.hexdigest()[:12]}"
+        if not builder.has_image(client, tag):
+            with _build_lock(tag):
+                if not builder.has_image(client, tag):
+                    _build(client, tag, folder, dockerfile, {}, progress, env, network)
+        out[svc["name"]] = tag
+    return out
 
 
 def image_env(client: Any, tag: str) -> dict[str, str]:

@@ -102,6 +102,7 @@ class _State:
     dir: Path | None = None
     agent: AgentClient | None = None
     relays: list[bridge.Relay] = field(default_factory=list)
+    services: list[str] = field(default_factory=list)  # a task's compose services' containers
     destroyed: bool = False
 
 
@@ -109,6 +110,9 @@ def _cleanup(state: _State) -> None:
     state.destroyed = True
     if state.agent is not None:
         state.agent.close()
+    for service in state.services if state.client is not None else []:
+        _remove(state.client, service)
+    state.services = []
     if state.container_id is not None and state.client is not None:
         _remove(state.client, state.container_id)
     for relay in state.relays:
@@ -206,6 +210,8 @@ class DockerSandbox(AgentSandbox):
             labels=self.labels(spec, d),
             environment={"PATH": DEFAULT_PATH, "HOME": HOME, "LANG": "C.UTF-8", "TZ": "UTC"},
             host_config=client.api.create_host_config(
+                # a task's compose services share its loopback: their names lead there
+                extra_hosts={s["name"]: "127.0.0.1" for s in task.get("services") or []},
                 mounts=mounts,
                 tmpfs=tmpfs_mounts(cfg.disk_mb, None if task else self.workspace),  # in memory_mb
                 read_only=not spec.environment,
@@ -234,9 +240,27 @@ class DockerSandbox(AgentSandbox):
         self._state.agent = agent
         self._wait_ready(agent, client, container["Id"])
         if spec.environment:  # its ENTRYPOINT's services, then its health, as Harbor has them
-            entrypoint = client.images.get(self.image).attrs["Config"].get("Entrypoint") or []
-            self.service_session = task_services.start_entrypoint(self, entrypoint)
-            task_services.wait_healthy(client, container["Id"], self.config.start_timeout_s)
+            self._task_services(client, spec, container["Id"])
+
+    def _task_services(self, client: Any, spec: SandboxSpec, cid: str) -> None:
+        """A task image's compose services beside it, its ENTRYPOINT, then its health."""
+        env, cfg = spec.environment or {}, self.config
+        if env.get("services"):
+            from forge.images import task as task_images
+
+            network = task_images.build_network(cfg)
+            tags = task_images.service_images(client, env, cfg.image_aliases, network=network)
+            limits = {"mem_limit": cfg.memory_mb << 20, "pids_limit": cfg.pids,
+                      "cap_drop": ["ALL"], "cap_add": CAPS,
+                      "security_opt": ["no-new-privileges"]}  # fmt: skip
+            labels = client.api.inspect_container(cid)["Config"]["Labels"]
+            task_services.start_compose(
+                client, cid, env["services"], tags, labels, limits, self._state.services,
+                cfg.start_timeout_s,
+            )  # fmt: skip
+        entrypoint = client.images.get(self.image).attrs["Config"].get("Entrypoint") or []
+        self.service_session = task_services.start_entrypoint(self, entrypoint)
+        task_services.wait_healthy(client, cid, cfg.start_timeout_s)
 
     def _make_dir(self, spec: SandboxSpec) -> Path:
         root = Path(self.config.root) if self.config.root else Path(tempfile.gettempdir())

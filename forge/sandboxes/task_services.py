@@ -12,6 +12,12 @@ tests do, as in Harbor.
 A health check (the task's ``[environment.healthcheck]``, or the image's own ``HEALTHCHECK``) is
 run by the Docker daemon; :func:`wait_healthy` holds the attempt until it passes. One that never
 passes fails the sandbox's start: an infrastructure failure, retried, never the agent's.
+
+A task's compose services (``docker-compose.yaml``: :mod:`tasks.harbor_compose`) are containers
+of their own started by :func:`start_compose` in the agent's network namespace (which has no
+network but its loopback), so the agent reaches each at ``NAME:PORT`` (its name maps to
+127.0.0.1) and nothing else is reachable from them either; each is healthy before the attempt
+starts and is removed with the sandbox (labelled as it is, so the reaper finds leftovers).
 """
 
 from __future__ import annotations
@@ -91,3 +97,34 @@ def wait_healthy(client: Any, container_id: str, timeout_s: float) -> None:
             )
         time.sleep(0.2)
         state = client.api.inspect_container(container_id)
+
+
+def start_compose(
+    client: Any,
+    main_id: str,
+    services: list[dict[str, Any]],
+    images: dict[str, str],
+    labels: dict[str, str],
+    host_config: dict[str, Any],
+    started: list[str],
+    timeout_s: float,
+) -> None:
+    """Start each of ``services`` (from ``images``) in the network namespace of container
+    ``main_id``, their ids appended to ``started`` as they are made (for the caller's
+    cleanup), then wait until each is healthy."""
+    for svc in services:
+        container = client.api.create_container(
+            images[svc["name"]],
+            command=svc.get("command"),
+            entrypoint=svc.get("entrypoint"),
+            environment=svc.get("env") or {},
+            labels={**labels, "openforge.service": svc["name"]},
+            healthcheck=docker_healthcheck(svc.get("healthcheck")),
+            host_config=client.api.create_host_config(
+                network_mode=f"container:{main_id}", **host_config
+            ),
+        )
+        started.append(container["Id"])
+        client.api.start(container["Id"])
+    for cid in started:
+        wait_healthy(client, cid, timeout_s)

@@ -19,6 +19,7 @@ def test_the_example_tasks_load_with_their_image_workdir_tests_and_oracle():
     tasks = {t.id: t for t in load_suite(f"harbor:{EXAMPLES}")}
     assert sorted(tasks) == [
         "broken-build",  # loads; its image fails to build (the docker test plays the rest)
+        "compose-api",
         "csv-total",
         "even-numbers",
         "fix-greeting",
@@ -79,13 +80,18 @@ def test_bad_folders_are_refused_naming_the_file_and_field(tmp_path: Path):
     three = _copy(tmp_path, to="three")
     (three / "environment" / "Dockerfile").write_text("FROM debian:bookworm\nWORKDIR $HOME\n")
     four = _copy(tmp_path, to="four")
-    (four / "environment" / "docker-compose.yaml").write_text("services: {}\n")
+    (four / "environment" / "docker-compose.yaml").write_text(
+        "services:\n  db:\n    image: postgres:16\n    volumes: [data:/var/lib/pg]\n"
+    )
     with (four / "task.toml").open("a") as f:
         f.write("gpus = 1\n")  # in [environment]
     with pytest.raises(TaskError) as err:
         load_suite(f"harbor:{tmp_path / 'set'}")
     text = str(err.value)
-    assert f"{four}: environment/docker-compose.yaml: compose is not supported" in text
+    assert (
+        f"{four}: environment/docker-compose.yaml: services.db.volumes: not supported by OpenForge"
+        in text
+    )
     assert f"{four / 'task.toml'}: environment.gpus: GPUs are not supported" in text
     assert f"{one}: tests/test.sh: missing" in text
     assert f"{two / 'task.toml'}: verifier.timeout_sec:" in text
@@ -151,6 +157,46 @@ def test_in_place_after_a_root_agent_is_named_open_to_shims():
     set_verify_mode(task, "in_place")
     task["environment"]["agent_user"] = "1000:1000"
     assert not open_to_shims(task)  # an unprivileged agent cannot replace the system's tools
+
+
+COMPOSE = """
+services:
+  main:
+    environment: {API_URL: "http://api-server:5000"}
+    depends_on:
+      api-server: {condition: service_healthy}
+  api-server:
+    build: {context: ./api-server}
+    environment:
+      - TOKEN=${FORGE_TEST_TOKEN:-fallback}
+    expose: ["5000"]
+    healthcheck:
+      test: ["CMD", "python3", "-c", "import socket; socket.create_connection(('localhost', 5000))"]
+      interval: 2s
+      timeout: 1m30s
+      retries: 15
+      start_period: 500ms
+"""
+
+
+def test_a_compose_environment_becomes_services_beside_the_agent(tmp_path: Path):
+    """Harbor's docker-compose.yaml (as harbor-cookbook's multi-container recipe writes it):
+    main's environment joins the task's, the other services are read with their build,
+    environment (${VAR:-default} from the host), health check; unknown keys are refused."""
+    one = _copy(tmp_path, to="multi")
+    (one / "environment" / "docker-compose.yaml").write_text(COMPOSE)
+    [task] = load_suite(f"harbor:{one}")
+    env = task.environment
+    assert env.env["API_URL"] == "http://api-server:5000"
+    [api] = env.services
+    assert (api.name, api.context, api.env) == (
+        "api-server",
+        str(one / "environment" / "api-server"),
+        {"TOKEN": "fallback"},
+    )
+    assert api.healthcheck.interval_s == 2.0 and api.healthcheck.timeout_s == 90.0
+    assert api.healthcheck.start_period_s == 0.5 and api.healthcheck.retries == 15
+    assert api.healthcheck.command.startswith("python3 -c 'import socket;")
 
 
 def test_ids_are_made_from_folder_names_and_must_be_unique(tmp_path: Path):

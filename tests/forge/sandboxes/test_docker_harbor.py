@@ -116,10 +116,14 @@ def test_harbor_tasks_oracle_1_noop_0(ray_cluster, docker_daemon, pods, harness)
         decode=True,
     )
     created = [e["Actor"]["Attributes"] for e in events]
-    # the tests ran in the agent's own container (Harbor's mode), of the task's own image
-    assert len(created) == len(episodes)
-    used = {a["image"].split(":")[0] for a in created}
-    assert used == {f"openforge/task-{t.id}" for t in tasks}
+    services = [a for a in created if "openforge.service" in a]
+    agents = [a for a in created if "openforge.service" not in a]
+    # the tests ran in the agent's own container (Harbor's mode), of the task's own image;
+    # compose-api's api service beside it, once per episode
+    assert len(agents) == len(episodes)
+    assert {a["image"].split(":")[0] for a in agents} == {f"openforge/task-{t.id}" for t in tasks}
+    n_compose = sum(task_id == "compose-api" for _, task_id in episodes)
+    assert [a["openforge.service"] for a in services] == ["api"] * n_compose
     assert client.api.containers(all=True, filters={"label": f"openforge.run={RUN}"}) == []
 
 
