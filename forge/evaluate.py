@@ -49,6 +49,7 @@ from forge.harnesses.install import HarnessNotInstalled
 from forge.harnesses.registry import HARNESSES, require
 from forge.observe.analyze_services import service_rates, services_table
 from forge.observe.fidelity import wire_fidelity
+from forge.observe.harbor_metrics import harbor_metrics, harbor_table
 from forge.sandboxes.bwrap import IsolationUnavailable
 from forge.sandboxes.registry import check_isolation
 from forge.task_set import Problem, load_tasks, playable
@@ -94,6 +95,7 @@ def score(
         "failed_tasks": sorted(t for t in tasks if passed[t] < k),
         # tasks with services: dedicated tools vs shell, coverage, reads after writes
         "services": service_rates([ep.to_dict() for ep in episodes]),
+        "harbor": harbor_metrics(episodes, sum(failures.values())),
     }
 
 
@@ -117,7 +119,7 @@ def table(results: dict[str, dict[str, Any]]) -> str:
             f"| {_share(wire.get('args_verbatim'))} | {_share(wire.get('history_kept'))} "
             f"| {cut} | {fails} |"
         )
-    return "\n".join(lines)
+    return "\n".join(lines) + harbor_table(results)
 
 
 @dataclass

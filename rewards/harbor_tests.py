@@ -35,7 +35,8 @@ Either way, as root:
    ``/logs/verifier/reward.json`` (a number, or a mapping of names to numbers: its
    ``reward``, else its one value, else their mean) before ``reward.txt`` (one number), each
    only when it is a regular file. The tests' output and ``ctrf.json`` (when written) are kept
-   with the episode (:attr:`rewards.base.Verdict.outputs`).
+   with the episode (:attr:`rewards.base.Verdict.outputs`), and so are the named rewards it
+   wrote (``rewards``: for Harbor's own metrics in ``forge eval``).
 
 A run that did not end normally scores 0 whatever the reward files say: timed out, or
 ``test.sh`` killed by a signal (the agent's program killing the tests after forging a reward).
@@ -163,6 +164,13 @@ def parse_reward(json_text: str | None, txt: str | None) -> tuple[float | None, 
     return None, "the tests wrote neither reward.json nor reward.txt"
 
 
+def _named(json_text: str | None, reward: float) -> dict[str, float]:
+    """The named rewards a run wrote (``reward.json``'s mapping; else ``reward``), as Harbor's
+    metrics average them per name."""
+    data = json.loads(json_text) if json_text is not None else None
+    return {k: float(v) for k, v in data.items()} if isinstance(data, dict) else {"reward": reward}
+
+
 def abnormal_end(result: ExecResult, timeout_s: float) -> str | None:
     """Why a test run did not end normally (timed out, killed by a signal), else None."""
     if result.timed_out:
@@ -238,6 +246,7 @@ class HarborTests(VerifierModel):
         if reward is None:
             detail = f"test.sh exited {result.exit_code}: {what}{note}; output: {shown}"
             return Verdict(0.0, detail, kept)
+        kept["rewards"] = json.dumps(_named(read["reward.json"], reward), sort_keys=True)
         return Verdict(reward, f"test.sh exited {result.exit_code}: {what}{note}", kept)
 
 

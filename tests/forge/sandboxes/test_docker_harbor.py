@@ -108,6 +108,7 @@ def test_harbor_tasks_oracle_1_noop_0(ray_cluster, docker_daemon, pods, harness)
         assert ep.verifier_detail.startswith("test.sh exited 0: reward."), ep.verifier_detail
     greet = episodes[("oracle", "fix-greeting")]
     assert greet.verifier_detail.endswith('reward.json {"cases_passed": 3, "reward": 1}')
+    assert json.loads(greet.verifier_outputs["rewards"]) == {"cases_passed": 3, "reward": 1}
     # a command installed outside the workdir, tests importing a module beside them, a
     # solution longer than a sampled turn: as Harbor runs them, in the agent's own container
     tool = episodes[("oracle", "install-tool")]
