@@ -3,7 +3,8 @@
 left out and said, never silently and never by stopping the rest (issue 32).
 
 A task is left out when its folder of a third-party set (``harbor:PATH``) cannot load (the
-file and field at fault) or its image cannot be had (the build's last lines). Each is printed
+file and field at fault), its image cannot be had (the build's last lines), or the policy is the
+scripted oracle and the task has no reference solution. Each is printed
 and kept in ``skipped_tasks.jsonl`` beside the run's episodes; a suite of which nothing is left
 stops with every reason.
 """
@@ -53,6 +54,13 @@ def playable(
         if config.harbor_verify != "task":
             set_verify_mode(t, config.harbor_verify)
     check_attempt_timeout(config.rollout.attempt_timeout_s, every)
+    engine = config.policy.engine
+    if engine.name == "scripted" and engine.mode == "oracle":  # nothing to play for some
+        skipped.extend(
+            (t["id"], "solution", "no reference solution: the oracle cannot play it")
+            for t in every
+            if not t.get("solution") and not t.get("answer")
+        )
     skipped.extend(prepare_task_images(every, config.sandbox, say))
     gone = {why[0] for why in skipped}
     kept = [[t for t in group if t["id"] not in gone] for group in groups]

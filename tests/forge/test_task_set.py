@@ -46,3 +46,18 @@ def test_a_set_left_empty_or_too_slow_for_the_attempt_stops_naming_why(tmp_path:
     config.rollout.attempt_timeout_s = 10
     with pytest.raises(ConfigError, match=r"rollout\.attempt_timeout_s"):
         playable([load_tasks("toy", [], [])], config, [], tmp_path, lambda _: None)
+
+
+def test_the_oracle_leaves_out_tasks_without_a_reference_solution(tmp_path: Path) -> None:
+    config = load_config(None, ["policy.engine.name=scripted"])
+    tasks = load_tasks("toy", [], [])
+    bare = {**tasks[0], "id": "no-solution", "solution": [], "answer": None}
+    skipped: list[tuple[str, str, str]] = []
+    [kept] = playable([[*tasks, bare]], config, skipped, tmp_path, lambda _: None)
+    assert [t["id"] for t in kept] == [t["id"] for t in tasks]
+    assert skipped == [
+        ("no-solution", "solution", "no reference solution: the oracle cannot play it")
+    ]
+    noop = load_config(None, ["policy.engine.name=scripted", "policy.engine.mode=noop"])
+    [kept] = playable([[*tasks, bare]], noop, [], tmp_path, lambda _: None)
+    assert len(kept) == len(tasks) + 1  # the no-op plays every task
