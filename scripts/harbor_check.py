@@ -5,7 +5,9 @@ build (and how long), does its oracle score 1 and its no-op 0, and when not, who
 
 PATH is a Harbor task folder or a folder of them (e.g. your own fetch of Terminal-Bench 2: never
 commit its data here). KEY=VALUE are run-config overrides (``sandbox.docker_host=...``,
-``sandbox.image_aliases={...}``, ``task_limits={timeout_s: 600}``). It prints a table, one row
+``sandbox.image_aliases={...}``, ``task_limits={timeout_s: 600}``); ``--stand-in`` builds a local
+image with the test runners Harbor tasks fetch (uv) and maps ``ubuntu:*`` and ``debian:*`` to it,
+for a host with no internet but a package index. It prints a table, one row
 per task, and writes ``DIR/harbor_check.md`` and ``.json``; the episodes of both plays are kept
 under ``DIR/oracle`` and ``DIR/noop`` (``forge view`` reads them).
 
@@ -146,16 +148,57 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+# The local stand-in for the test runners Harbor tasks fetch while their tests run (uv, then
+# `uvx pytest`): the base image with python3-pip and uv installed from the package index at
+# build time; ubuntu:* and debian:* map to it (--stand-in).
+RUNNERS = """FROM {base}
+RUN apt-get update && apt-get install -y --no-install-recommends python3-pip python3-venv \\
+    && rm -rf /var/lib/apt/lists/* \\
+    && pip install --no-cache-dir --break-system-packages uv
+"""
+
+
+def stand_in(config: Any) -> list[str]:
+    """Build the runners image (when missing) and return the overrides that use it: the
+    aliases, and open agent and verify phases (through the egress proxy) for the packages the
+    tasks' solutions and tests install."""
+    from forge.images import builder
+    from forge.images import tags as images
+
+    client = client_for(config.sandbox.docker_host)
+    base = builder.build_base(client, lambda m: print(f"[harbor_check] {m}", flush=True))
+    tag = f"{images.REPO}/harbor-runners:1"
+    if not builder.has_image(client, tag):
+        print(f"[harbor_check] building {tag}", flush=True)
+        dockerfile = RUNNERS.format(base=base).encode()
+        builder.build_context(client, tag, {"Dockerfile": dockerfile}, print, None, 900, "host")
+    aliases = {**config.sandbox.image_aliases, "ubuntu:*": tag, "debian:*": tag}
+    return [
+        f"sandbox.image_aliases={json.dumps(aliases)}",
+        "sandbox.network.agent={mode: open, ports: []}",
+        "sandbox.network.verify={mode: open, ports: []}",
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("path", type=Path, help="a Harbor task folder or a folder of them")
     p.add_argument("--harness", default="react", help="the harness the oracle plays through")
     p.add_argument("--out", default="runs/harbor_check", help="where the report and episodes go")
     p.add_argument("--attempt-timeout-s", type=float, default=1800.0)
+    p.add_argument(
+        "--stand-in",
+        action="store_true",
+        help="map ubuntu:* and debian:* to a local image with the test runners (uv) installed, "
+        "and give the agent and verify phases the open network (public addresses only)",
+    )
     p.add_argument("overrides", nargs="*", help="run-config overrides, KEY=VALUE")
     args = p.parse_args(argv)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     config = load_config(None, ["sandbox.backend=docker", *args.overrides])
+    if args.stand_in:
+        args.overrides = [*stand_in(config), *args.overrides]
+        config = load_config(None, ["sandbox.backend=docker", *args.overrides])
     rows, tasks = load(args.path)
     built = build(rows, tasks, config)
     oracle = play("oracle", args.path, built, args) if built else {}
