@@ -179,6 +179,7 @@ def load_task(folder: Path) -> Task:
         "build_timeout_s": env_cfg.build_timeout_sec,
         "cpus": env_cfg.cpus,
         "memory_mb": env_cfg.memory_mb,
+        "storage_mb": env_cfg.storage_mb,
         "image": env_cfg.docker_image,
         "agent_user": _user(config.agent.user),
         "healthcheck": _healthcheck(env_cfg.healthcheck),

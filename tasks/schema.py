@@ -281,6 +281,12 @@ class Environment(BaseModel):
     memory_mb: int | None = Field(
         default=None, ge=64, description="Memory limit in MiB (None: sandbox.memory_mb)."
     )
+    storage_mb: int | None = Field(
+        default=None,
+        ge=1,
+        description="Disk in MiB of each writable temp place (/tmp, /var/tmp, the home; "
+        "None: sandbox.disk_mb); the image's own layer has the daemon's limit.",
+    )
     agent_user: str | None = Field(
         default=None,
         description="Who the harness runs as (a name or UID[:GID]; Harbor's agent.user); "

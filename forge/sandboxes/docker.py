@@ -213,7 +213,9 @@ class DockerSandbox(AgentSandbox):
                 # a task's compose services share its loopback: their names lead there
                 extra_hosts={s["name"]: "127.0.0.1" for s in task.get("services") or []},
                 mounts=mounts,
-                tmpfs=tmpfs_mounts(cfg.disk_mb, None if task else self.workspace),  # in memory_mb
+                tmpfs=tmpfs_mounts(  # in memory_mb
+                    task.get("storage_mb") or cfg.disk_mb, None if task else self.workspace
+                ),
                 read_only=not spec.environment,
                 network_mode="none",
                 init=True,

@@ -37,6 +37,7 @@ def test_the_example_tasks_load_with_their_image_workdir_tests_and_oracle():
         1024,
     )
     assert csv.limits.timeout_s == 120.0  # [agent] timeout_sec
+    assert csv.environment.storage_mb is None  # unset; harbor-cookbook's say 10240
     assert csv.verifier == {
         "type": "harbor_tests",
         "tests": str(EXAMPLES / "csv-total" / "tests"),
