@@ -152,18 +152,36 @@ def ensure(
     an alias needs it), its ``RUN`` steps on ``network``, and its services' images
     (:func:`service_images`); returns its tag."""
     tag, dockerfile, note = plan(env, aliases, client)
-    if not builder.has_image(client, tag):
-        with _build_lock(tag):
-            if not builder.has_image(client, tag):
-                if note:
-                    progress(note)
-                folder, layer = Path(env["context"]), images.agent_layer(EXTRA)[1]
-                _build(client, tag, folder, dockerfile, layer, progress, env, network)
+    layer = images.agent_layer(EXTRA)[1]
+    _build(client, tag, Path(env["context"]), dockerfile, layer, progress, env, network, note)
     service_images(client, env, aliases, progress, network)
     return tag
 
 
 def _build(
+    client: Any,
+    tag: str,
+    folder: Path,
+    dockerfile: str,
+    extra: dict[str, str | bytes],
+    progress: images.Progress,
+    env: dict[str, Any],
+    network: str,
+    note: str = "",
+) -> None:
+    """Build ``tag`` from ``folder`` with ``dockerfile`` and ``extra`` files, unless the daemon
+    has it (once per tag on this host: a file lock)."""
+    if builder.has_image(client, tag):
+        return
+    with _build_lock(tag):
+        if builder.has_image(client, tag):
+            return
+        if note:
+            progress(note)
+        _run_build(client, tag, folder, dockerfile, extra, progress, env, network)
+
+
+def _run_build(
     client: Any,
     tag: str,
     folder: Path,
@@ -219,10 +237,7 @@ def service_images(
             h.update(f"\0{f.relative_to(folder)}\0".encode() + f.read_bytes())
         name = re.sub(r"[^a-z0-9._-]+", "-", f"{task}-{svc['name']}".lower()).strip("-._")
         tag = f"{images.REPO}/task-{name[:60]}:{h.hexdigest()[:12]}"
-        if not builder.has_image(client, tag):
-            with _build_lock(tag):
-                if not builder.has_image(client, tag):
-                    _build(client, tag, folder, dockerfile, {}, progress, env, network)
+        _build(client, tag, folder, dockerfile, {}, progress, env, network)
         out[svc["name"]] = tag
     return out
 
