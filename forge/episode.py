@@ -318,7 +318,11 @@ def _end_phase(pod: AttemptHost, phase: str, keys: dict[str, str | None]) -> lis
     grant = pod.egress.revoke(key) if key else None
     if grant is None:
         return []
-    return [
+    log = [
         {"phase": phase, "host": h, "port": p, "allowed": ok, "why": why}
         for h, p, ok, why in grant.log
     ]
+    if grant.unlogged:
+        log.append({"phase": phase, "host": "", "port": 0, "allowed": False,
+                    "why": f"{grant.unlogged} more connections, not listed"})  # fmt: skip
+    return log

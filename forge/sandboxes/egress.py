@@ -37,6 +37,7 @@ EGRESS_PORT = 8939  # where a sandbox reaches the egress proxy (the model's prox
 USER = "forge"
 MAX_HEAD = 16 << 10  # a request line and headers longer than this are refused
 IDLE_S = 300.0  # a tunnel with no bytes either way for this long is closed
+MAX_LOG = 1000  # decisions kept per grant (an agent could make millions)
 
 
 @dataclass
@@ -48,6 +49,14 @@ class Grant:
     cidrs: list[str] = field(default_factory=list)
     ports: list[int] = field(default_factory=list)
     log: list[tuple[str, int, bool, str]] = field(default_factory=list)  # host, port, ok, why
+    unlogged: int = 0  # decisions past MAX_LOG, counted only
+    open: set[asyncio.StreamWriter] = field(default_factory=set)  # its live connections
+
+    def note(self, host: str, port: int, ok: bool, why: str) -> None:
+        if len(self.log) < MAX_LOG:
+            self.log.append((host, port, ok, why))
+        else:
+            self.unlogged += 1
 
     def allows(self, host: str, port: int, address: str) -> tuple[bool, str]:
         """Whether ``host:port``, resolved to ``address``, may be reached, and why."""
@@ -80,7 +89,11 @@ class EgressProxy:
         return key
 
     def revoke(self, key: str) -> Grant | None:
-        return self.grants.pop(key, None)
+        """End a grant: later requests with its key get 407, its open tunnels are closed."""
+        grant = self.grants.pop(key, None)
+        for writer in list(grant.open if grant else ()):
+            writer.close()
+        return grant
 
     async def start_unix(self, path: str) -> None:
         self._servers.append(await asyncio.start_unix_server(self._serve, path=path))
@@ -135,17 +148,18 @@ class EgressProxy:
                 host, port, type=socket.SOCK_STREAM
             )
         except OSError as e:
-            grant.log.append((host, port, False, f"cannot resolve: {e}"))
+            grant.note(host, port, False, f"cannot resolve: {e}")
             return await _answer(writer, 502, f"cannot resolve {host}")
         address = infos[0][4][0]
         ok, why = grant.allows(host, port, address)
-        grant.log.append((host, port, ok, why))
+        grant.note(host, port, ok, why)
         if not ok:
             return await _answer(writer, 403, f"{host}:{port}: {why}")
         try:
             up_reader, up_writer = await asyncio.open_connection(address, port)
         except OSError as e:
             return await _answer(writer, 502, f"{host}:{port}: {e}")
+        grant.open.add(writer)
         try:
             if method.upper() == "CONNECT":
                 writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -156,6 +170,7 @@ class EgressProxy:
                 up_writer.write((out + "Connection: close\r\n\r\n").encode("latin-1"))
             await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
         finally:
+            grant.open.discard(writer)
             up_writer.close()
 
 

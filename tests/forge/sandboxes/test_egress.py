@@ -4,6 +4,7 @@ by a real HTTP client (httpx) and a raw CONNECT tunnel."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import socket
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 
 from forge.sandboxes.base import SandboxSpec
 from forge.sandboxes.bwrap import bwrap_works
-from forge.sandboxes.egress import EgressProxy, proxy_env
+from forge.sandboxes.egress import MAX_LOG, EgressProxy, proxy_env
 from forge.sandboxes.local import LocalSandbox
 
 from .standin import FETCH, STAND_IN, policy
@@ -65,6 +66,31 @@ def test_a_host_pattern_and_a_connect_tunnel(internet, egress) -> None:
         while chunk := s.recv(4096):
             data += chunk
     assert data.startswith(b"HTTP/1.0 200") and data.endswith(b"/through-the-tunnel")
+
+
+def test_revoking_a_grant_closes_its_tunnels_and_the_log_is_bounded(internet) -> None:
+    async def main() -> tuple[bytes, bytes, int]:
+        proxy = EgressProxy()
+        sock = socket.create_server(("127.0.0.1", 0))
+        sock.setblocking(False)
+        await proxy.start_tcp(sock)
+        key = proxy.grant(policy("allowlist", [STAND_IN], [], []))
+        auth = base64.b64encode(f"forge:{key}".encode()).decode()
+        r, w = await asyncio.open_connection(*sock.getsockname()[:2])
+        w.write(f"CONNECT {STAND_IN}:{internet} HTTP/1.1\r\n"
+                f"Proxy-Authorization: Basic {auth}\r\n\r\n".encode())  # fmt: skip
+        status = await r.readline()
+        await r.readline()
+        grant = proxy.revoke(key)  # the phase ended: its tunnel goes with it
+        rest = await asyncio.wait_for(r.read(), 5)
+        assert grant is not None
+        for _ in range(MAX_LOG + 5):
+            grant.note("h", 1, False, "x")
+        await proxy.stop()
+        return status, rest, grant.unlogged
+
+    status, rest, unlogged = asyncio.run(main())
+    assert status.startswith(b"HTTP/1.1 200") and rest == b"" and unlogged == 6
 
 
 def test_proxy_env_points_every_client_at_the_sandboxes_relay() -> None:
