@@ -39,10 +39,11 @@ sandbox, never scored:
   reached it (none in flight): what it was handed, or what its commands did, ended it.
 
 Both None: the harness finished (exit 0); its verifier decides, also after a refused call
-from which the harness recovered. A harness that exits 0 after its last answer was cut at the
-token limit or held an unparseable tool call still ends ``token_limit`` or
-``unparseable_tool_call``: what it finished with is not what the model meant. A wrong answer
-is reward 0 with neither.
+from which the harness recovered. A harness that exits 0 after its last answer held a tool
+call that could not be parsed still ends ``token_limit`` (when that answer was cut at the limit)
+or ``unparseable_tool_call``: the action the model meant never happened. A plain answer cut at
+the limit is still the answer the harness gave: its verifier decides (the toy suite's dense
+reward counts the sevens of a cut reply). A wrong answer is reward 0 with neither.
 """
 
 from __future__ import annotations
@@ -126,7 +127,8 @@ def classify_end(
     if result.exit_code == 0:  # finished: the verifier decides, unless nothing got through
         if state.refusals and not delivered and by_policy is None:
             return "proxy_rejected", None
-        return None, _cut(last)  # or its last answer was cut or unparseable
+        # or its last answer was an action that never happened (a tool call cut or unparseable)
+        return None, _cut(last) if last is not None and last.invalid_tool_calls else None
     if by_policy:
         return None, by_policy
     if result.exit_code < 0 or result.exit_code > 128:  # a signal

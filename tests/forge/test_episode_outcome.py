@@ -64,10 +64,11 @@ def _waiting(state: AttemptState) -> AttemptState:
     [
         (EXIT0, _state(_turn(0)), (None, None)),  # finished: the verifier decides
         (EXIT0, _state(), (None, None)),  # never called the model: its answer is judged
-        # exited 0, but its last answer was cut or unparseable: the policy's, never judged
-        (EXIT0, _state(_turn(0), _turn(1, finish="length")), (None, "token_limit")),
+        # exited 0 after a tool call cut at the limit or unparseable: the action never happened
+        (EXIT0, _state(_turn(0), _turn(1, finish="length", invalid=1)), (None, "token_limit")),
         (EXIT0, _state(_turn(0, invalid=1)), (None, "unparseable_tool_call")),
         (EXIT0, _state(_turn(0, invalid=1), _turn(1)), (None, None)),  # it recovered
+        (EXIT0, _state(_turn(0, finish="length")), (None, None)),  # a cut reply is its answer
         (None, _state(), ("sandbox_error", None)),
         (SERVICE_DOWN, _state(), ("service_failed", None)),  # the launcher's own failure
         (ExecResult(SERVICE_FAILED, "", "no marker"), _state(), ("harness_crash", None)),
