@@ -87,7 +87,7 @@ def build(rows: dict[str, dict[str, Any]], tasks: list[Any], config: Any) -> lis
         except TaskImageError as e:
             text = str(e)
             row["build"] = "failed"
-            row["detail"] = text.splitlines()[-1][-160:]
+            row["detail"] = text.splitlines()[0].split(": ", 1)[-1][-200:]  # the build's error
             row["cause"] = _cause_of_text(text) or "task"
         print(f"[harbor_check] build {i}/{len(tasks)} {t.id}: {row['build']}", flush=True)
     return built
