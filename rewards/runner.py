@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from forge.sandboxes.base import ArchiveTooLarge, ExecResult, Sandbox, SandboxSpec
 from forge.sandboxes.bwrap import HOME
+from forge.sandboxes.task_services import ENTRY_LOG
 from rewards.app_state import AppState
 from rewards.base import Verdict
 from rewards.common import VERIFIER_DIR, AllOf, VerifierModel, verifier_dir
@@ -256,8 +257,9 @@ def verifies_in_place(task: Task) -> bool:
 
 
 # Where an agent's changes are expected (its workdir, the temp folders, its home, the
-# sandbox's own folders): left out of what it changed on the system
-_EXPECTED = ("/tmp", "/var/tmp", HOME, "/run/forge", "/logs", "/tests", "/solution", "/root")
+# sandbox's own folders and its agent's bytecode): left out of what it changed on the system
+_EXPECTED = ("/tmp", "/var/tmp", HOME, "/run/forge", "/opt/forge", "/logs", "/tests", "/solution",
+             "/root", "/usr/sbin/docker-init", ENTRY_LOG)  # fmt: skip
 
 
 def system_changes(sandbox: Sandbox, task: Task) -> list[str]:

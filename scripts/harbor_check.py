@@ -6,8 +6,9 @@ build (and how long), does its oracle score 1 and its no-op 0, and when not, who
 PATH is a Harbor task folder or a folder of them (e.g. your own fetch of Terminal-Bench 2: never
 commit its data here). KEY=VALUE are run-config overrides (``sandbox.docker_host=...``,
 ``sandbox.image_aliases={...}``, ``task_limits={timeout_s: 600}``); ``--stand-in`` builds a local
-image with the test runners Harbor tasks fetch (uv) and maps ``ubuntu:*`` and ``debian:*`` to it,
-for a host with no internet but a package index. It prints a table, one row
+image with the test runners Harbor tasks fetch (uv, and the pinned pytest and CTRF plugin as
+wheels uv resolves offline) and maps ``ubuntu:*`` and ``debian:*`` to it, for a host with no
+internet but a package index. It prints a table, one row
 per task, and writes ``DIR/harbor_check.md`` and ``.json``; the episodes of both plays are kept
 under ``DIR/oracle`` and ``DIR/noop`` (``forge view`` reads them).
 
@@ -149,19 +150,25 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 # The local stand-in for the test runners Harbor tasks fetch while their tests run (uv, then
-# `uvx pytest`): the base image with python3-pip and uv installed from the package index at
-# build time; ubuntu:* and debian:* map to it (--stand-in).
+# `uvx --with pytest==... pytest`): the base image with python3-pip, uv, and a folder of wheels
+# (the pinned pytest and CTRF plugin the common test.sh asks for, downloaded here by the host's
+# pip) that uv resolves from offline (--stand-in). ubuntu:* and debian:* map to it.
 RUNNERS = """FROM {base}
+COPY wheels/ /opt/forge-wheels/
 RUN apt-get update && apt-get install -y --no-install-recommends python3-pip python3-venv \\
     && rm -rf /var/lib/apt/lists/* \\
-    && pip install --no-cache-dir --break-system-packages uv
+    && pip install --no-index --break-system-packages /opt/forge-wheels/uv-*.whl
+ENV UV_OFFLINE=1 UV_FIND_LINKS=/opt/forge-wheels UV_PYTHON_DOWNLOADS=never
 """
+RUNNER_WHEELS = ["uv", "pytest==8.4.1", "pytest-json-ctrf==0.3.5"]
 
 
 def stand_in(config: Any) -> list[str]:
     """Build the runners image (when missing) and return the overrides that use it: the
-    aliases, and open agent and verify phases (through the egress proxy) for the packages the
-    tasks' solutions and tests install."""
+    aliases, and open agent and verify phases (through the egress proxy) for what the tasks'
+    solutions and tests fetch beyond the runners."""
+    import tempfile
+
     from forge.images import builder
     from forge.images import tags as images
 
@@ -170,8 +177,14 @@ def stand_in(config: Any) -> list[str]:
     tag = f"{images.REPO}/harbor-runners:1"
     if not builder.has_image(client, tag):
         print(f"[harbor_check] building {tag}", flush=True)
-        dockerfile = RUNNERS.format(base=base).encode()
-        builder.build_context(client, tag, {"Dockerfile": dockerfile}, print, None, 900, "host")
+        with tempfile.TemporaryDirectory() as d:
+            pip = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:"]
+            subprocess.run([*pip, "-d", d, *RUNNER_WHEELS], check=True)
+            context: dict[str, str | bytes] = {
+                f"wheels/{p.name}": str(p) for p in Path(d).iterdir()
+            }
+            context["Dockerfile"] = RUNNERS.format(base=base).encode()
+            builder.build_context(client, tag, context, print, None, 900, "host")
     aliases = {**config.sandbox.image_aliases, "ubuntu:*": tag, "debian:*": tag}
     return [
         f"sandbox.image_aliases={json.dumps(aliases)}",
