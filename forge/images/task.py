@@ -178,34 +178,21 @@ def _build(
             return
         if note:
             progress(note)
-        _run_build(client, tag, folder, dockerfile, extra, progress, env, network)
-
-
-def _run_build(
-    client: Any,
-    tag: str,
-    folder: Path,
-    dockerfile: str,
-    extra: dict[str, str | bytes],
-    progress: images.Progress,
-    env: dict[str, Any],
-    network: str,
-) -> None:
-    if images.base_tag() in dockerfile:
-        builder.build_base(client, progress)
-    context: dict[str, str | bytes] = {
-        str(p.relative_to(folder)): str(p) for p in _context_files(folder)
-    }
-    context["Dockerfile"] = dockerfile.encode()  # what is built, whatever its name was
-    context.update(extra)
-    t0 = time.monotonic()
-    try:
-        builder.build_context(
-            client, tag, context, progress, None, env.get("build_timeout_s"), network
-        )
-    except Exception as e:
-        raise TaskImageError(f"{folder}: {e}") from e
-    progress(f"{tag}: built in {time.monotonic() - t0:.1f}s")
+        if images.base_tag() in dockerfile:
+            builder.build_base(client, progress)
+        context: dict[str, str | bytes] = {
+            str(p.relative_to(folder)): str(p) for p in _context_files(folder)
+        }
+        context["Dockerfile"] = dockerfile.encode()  # what is built, whatever its name was
+        context.update(extra)
+        t0 = time.monotonic()
+        try:
+            builder.build_context(
+                client, tag, context, progress, None, env.get("build_timeout_s"), network
+            )
+        except Exception as e:
+            raise TaskImageError(f"{folder}: {e}") from e
+        progress(f"{tag}: built in {time.monotonic() - t0:.1f}s")
 
 
 def service_images(
