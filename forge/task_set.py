@@ -54,14 +54,15 @@ def playable(
         if config.harbor_verify != "task":
             set_verify_mode(t, config.harbor_verify)
     check_attempt_timeout(config.rollout.attempt_timeout_s, every)
+    unique = list({t["id"]: t for t in every}.values())  # a task in both sets: once
     engine = config.policy.engine
     if engine.name == "scripted" and engine.mode == "oracle":  # nothing to play for some
         skipped.extend(
             (t["id"], "solution", "no reference solution: the oracle cannot play it")
-            for t in every
+            for t in unique
             if not t.get("solution") and not t.get("answer")
         )
-    skipped.extend(prepare_task_images(every, config.sandbox, say))
+    skipped.extend(prepare_task_images(unique, config.sandbox, say))
     gone = {why[0] for why in skipped}
     kept = [[t for t in group if t["id"] not in gone] for group in groups]
     if skipped:

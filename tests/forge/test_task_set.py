@@ -53,8 +53,10 @@ def test_the_oracle_leaves_out_tasks_without_a_reference_solution(tmp_path: Path
     tasks = load_tasks("toy", [], [])
     bare = {**tasks[0], "id": "no-solution", "solution": [], "answer": None}
     skipped: list[tuple[str, str, str]] = []
-    [kept] = playable([[*tasks, bare]], config, skipped, tmp_path, lambda _: None)
+    both = [[*tasks, bare], [dict(bare), dict(tasks[0])]]  # training and evaluation sets
+    kept, kept_eval = playable(both, config, skipped, tmp_path, lambda _: None)
     assert [t["id"] for t in kept] == [t["id"] for t in tasks]
+    assert [t["id"] for t in kept_eval] == [tasks[0]["id"]]
     assert skipped == [
         ("no-solution", "solution", "no reference solution: the oracle cannot play it")
     ]
