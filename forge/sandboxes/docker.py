@@ -26,8 +26,9 @@ labels name the run, HarnessPod, episode, attempt and a deadline (epoch seconds)
 live in the container.
 A task that brings its own Dockerfile (a Harbor task) runs from its own image
 (:mod:`forge.images.task`) with the harness's files mounted, in the Dockerfile's workdir, with
-the environment its Dockerfile set; its ``ENTRYPOINT`` runs beside the agent and its health
-check passes before the attempt starts (:mod:`forge.sandboxes.task_services`).
+the environment its Dockerfile set; its compose services start in its network namespace, its
+``ENTRYPOINT`` runs beside the agent, and its health checks pass before the attempt starts
+(:mod:`forge.sandboxes.task_services`).
 """
 
 from __future__ import annotations
