@@ -43,9 +43,11 @@ from forge.sandboxes.docker_api import client_for  # noqa: E402
 from tasks.harbor import UNSUPPORTED, task_dirs, task_id  # noqa: E402
 from tasks.loader import load_suite  # noqa: E402
 
+# what this host lacks: a network, an image, a command its aliased base does not hold (127)
 NETWORK = ("Could not resolve", "Temporary failure", "Network is unreachable",
            "Name or service not known", "no alias maps", "does not have it",
-           "Failed to connect", "curl: (6)", "curl: (7)", "getaddrinfo")  # fmt: skip
+           "Failed to connect", "curl: (6)", "curl: (7)", "getaddrinfo",
+           "returned a non-zero code: 127", "CERTIFICATE_VERIFY_FAILED")  # fmt: skip
 OPENFORGE_FIELDS = (*UNSUPPORTED, "steps", "environment.gpus", "environment/docker-compose")
 
 

@@ -57,5 +57,7 @@ def test_rows_for_every_folder_and_the_cause_of_each_miss(tmp_path: Path) -> Non
     broken = {"task": "t"}
     hc.judge(broken, ep(0.0, status="failed"), None)
     assert broken["cause"] == "OpenForge" and broken["oracle"] == "failed (sandbox_error)"
+    assert hc._cause_of_text("The command '/bin/sh -c pip install flask' returned a non-zero "
+                             "code: 127") == "environment"  # fmt: skip
     md = hc.table([good, offline])
     assert md.splitlines()[0] == "| task | load | build | oracle | noop | cause | detail |"
