@@ -43,6 +43,7 @@ class Group:
     group_id: str
     task: dict[str, Any]
     size: int
+    harness: str = "react"  # every attempt of a group plays in one harness
     episodes: dict[int, Episode] = field(default_factory=dict)
     retries: dict[int, int] = field(default_factory=dict)
     running: int = 0
@@ -119,6 +120,23 @@ class Ledger:
         self.truncations: dict[str, int] = {}
         self.resets: dict[str, int] = {}
         self.tokens = 0
+        self.by_harness: dict[str, dict[str, Any]] = {}  # the same counts, per harness
+
+    def _harness(self, harness: str) -> dict[str, Any]:
+        return self.by_harness.setdefault(
+            harness,
+            {
+                "attempts_ok": 0,
+                "attempts_failed": 0,
+                "attempts_truncated": 0,
+                "segments": 0,
+                "turns": 0,
+                "sampled_tokens": 0,
+                "truncations": {},
+                "failures": {},
+                "resets": {},
+            },
+        )
 
     def reasons(self) -> dict[str, dict[str, int]]:
         return {
@@ -127,10 +145,12 @@ class Ledger:
             "resets": dict(self.resets),
         }
 
-    def record(self, episode: Episode | None, reason: str | None) -> None:
-        """Counts and metrics of a settled attempt."""
+    def record(self, episode: Episode | None, reason: str | None, harness: str = "") -> None:
+        """Counts and metrics of a settled attempt (of ``harness``: counted apart too)."""
         tags = self.tags
+        mine = self._harness(harness or (episode.harness if episode else "") or "?")
         if reason is None and episode is not None:
+            self._count_episode(mine, episode)
             self.counts["attempts_ok"] += 1
             self.tally.inc("episodes", status="ok", **tags)
             if episode.truncated:
@@ -146,10 +166,24 @@ class Ledger:
             for turn in episode.turns:
                 metrics.observe("turn_latency", turn.latency_s * 1000, **tags)
         else:
+            mine["attempts_failed"] += 1
+            add(mine["failures"], reason or "unknown")
             self.counts["attempts_failed"] += 1
             add(self.failures, reason or "unknown")
             self.tally.inc("episodes", status="failed", **tags)
             self.tally.inc("failures", reason=reason or "unknown", **tags)
+
+    @staticmethod
+    def _count_episode(mine: dict[str, Any], episode: Episode) -> None:
+        mine["attempts_ok"] += 1
+        if episode.truncated:
+            mine["attempts_truncated"] += 1
+            add(mine["truncations"], episode.truncated)
+        mine["segments"] += len(episode.segments)
+        mine["turns"] += len(episode.turns)
+        mine["sampled_tokens"] += sum(len(t.completion_ids) for t in episode.turns)
+        for why, n in episode.reset_reasons.items():
+            add(mine["resets"], why, n)
 
 
 class Outbox:

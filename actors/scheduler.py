@@ -48,6 +48,7 @@ from collections import deque
 from typing import Any
 
 from actors.attempts import POD_SUSPECT, Attempt, Group, Ledger, Outbox, outcome
+from actors.harness_draw import HarnessDraw
 from actors.harness_pod import HarnessPod
 from actors.pod_pool import Pod, PodPool
 from forge.config import RunConfig
@@ -70,6 +71,7 @@ class Scheduler:
         tasks: list[dict],
         pod_cls: type = HarnessPod,
         cursor: int = 0,
+        draw_state: dict[str, Any] | None = None,
     ) -> None:
         self.config = RunConfig.model_validate(config)
         self.rollout = self.config.rollout
@@ -82,6 +84,14 @@ class Scheduler:
         self._order = list(tasks)
         random.Random(self.rollout.seed).shuffle(self._order)
         self.cursor = cursor  # tasks drawn so far (saved in checkpoints)
+        cfg = self.config  # each group's harness, drawn from the mix (saved in checkpoints)
+        self.draw = HarnessDraw(
+            cfg.harness if isinstance(cfg.harness, dict) else {cfg.harness: 1.0},
+            cfg.harness_mix,
+            cfg.harness_floor,
+            self.rollout.seed,
+            draw_state,
+        )
         self._budget = 0
         self._pending: deque[Attempt] = deque()
         self._groups: dict[str, Group] = {}
@@ -150,6 +160,11 @@ class Scheduler:
             "groups_open": sum(1 for g in self._groups.values() if g.result is None),
             "sampled_tokens": self.ledger.tokens,
             "cursor": self.cursor,
+            "harness_shares": self.draw.shares(),
+            "by_harness": {
+                h: {k: dict(v) if isinstance(v, dict) else v for k, v in c.items()}
+                for h, c in self.ledger.by_harness.items()
+            },
             "idle_s": time.monotonic() - self.last_progress,
             "buffer_calls": self.outbox.calls,
             "buffer_records_lost": self.outbox.lost,
@@ -187,11 +202,18 @@ class Scheduler:
             )
         return "\n".join(lines)
 
-    async def evaluate(self, tasks: list[dict], temperature: float) -> list[Episode]:
-        """One attempt of each task (retried on failure like any other); nothing is buffered."""
+    def draw_state(self) -> dict[str, Any]:
+        """The harness draw's state, for a checkpoint (:class:`HarnessDraw`)."""
+        return self.draw.state()
+
+    async def evaluate(
+        self, tasks: list[dict], temperature: float, harness: str | None = None
+    ) -> list[Episode]:
+        """One attempt of each task in ``harness`` (default: the run's first) (retried on
+        failure like any other); nothing is buffered."""
         futures = []
         for task in tasks:
-            group = self._open_group(task, size=1)
+            group = self._open_group(task, 1, harness or self.config.harnesses[0])
             group.result = asyncio.get_running_loop().create_future()
             futures.append(group.result)
         self._ensure_loop()
@@ -239,8 +261,8 @@ class Scheduler:
         self.cursor += 1
         return task
 
-    def _open_group(self, task: dict, size: int) -> Group:
-        group = Group(f"g{uuid.uuid4().hex[:12]}", task, size)
+    def _open_group(self, task: dict, size: int, harness: str) -> Group:
+        group = Group(f"g{uuid.uuid4().hex[:12]}", task, size, harness)
         self._groups[group.group_id] = group
         for slot in range(size):
             self._queue(Attempt(group, slot, 0))
@@ -287,7 +309,7 @@ class Scheduler:
             while self._budget > 0:
                 self._budget -= 1
                 self.counts["groups_started"] += 1
-                self._open_group(self._next_task(), self.rollout.group_size)
+                self._open_group(self._next_task(), self.rollout.group_size, self.draw.draw())
         self._launch()
         if self._pending and not self._stopping:  # more pods, started beside the dispatch
             self.pool.grow(len(self._pending), self._wake.set)
@@ -351,8 +373,8 @@ class Scheduler:
         temperature = self.config.eval_temperature if group.result else self.config.temperature
         spec = {
             "task": group.task,
-            "harness": self.config.harness,
-            "harness_options": self.config.harness_options,
+            "harness": group.harness,
+            "harness_options": self.config.options_for(group.harness),
             "attempt": attempt.number,
             "episode_id": attempt.episode_id,
             "temperature": temperature,
@@ -420,10 +442,11 @@ class Scheduler:
             episode_id=attempt.episode_id,
             task_id=attempt.group.task.get("id", "?"),
             attempt=attempt.number,
-            harness=self.config.harness,
+            harness=attempt.group.harness,
             reward=0.0,
             status="failed",
             failure=reason,
+            provenance={"harness": attempt.group.harness},
         )
 
     def _settle(self, attempt: Attempt, episode: Episode | None, reason: str | None) -> None:
@@ -441,7 +464,7 @@ class Scheduler:
         group, slot = attempt.group, attempt.slot
         self.last_progress = time.monotonic()
         try:
-            self.ledger.record(episode, reason)
+            self.ledger.record(episode, reason, group.harness)
         except Exception as e:  # bookkeeping never stops a settle
             self.counts["settle_errors"] += 1
             log.warning("settle of %s: %r", attempt.episode_id, e)
@@ -481,6 +504,7 @@ class Scheduler:
             self.ledger.tally.inc("groups", outcome="dropped", run=self.config.name)
             self.outbox.drop(episodes, group.group_id, group.dropped)
         else:
+            self.draw.record(group.harness, [ep.reward for ep in episodes])
             self.counts["groups_buffered"] += 1
             self.ledger.tally.inc("groups", outcome="buffered", run=self.config.name)
             self.outbox.put(episodes, group.group_id)

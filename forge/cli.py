@@ -87,6 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("--tasks", help="task suite (default: the config's)")
     ev.add_argument("-k", type=int, default=1, help="attempts per task and harness")
+    ev.add_argument(
+        "--model",
+        help="comma-separated models or checkpoint dirs: writes the checkpoint x harness "
+        "matrix (matrix.md, matrix.json, matrix.png)",
+    )
     ev.add_argument("--out", help="output folder (default: runs/eval-<name>)")
     ev.set_defaults(func=_eval, intermixed=True)
 
@@ -128,6 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     ana = sub.add_parser("analyze", help="tool-use behaviour per policy version of a run")
     ana.add_argument("run_dir", help="a run directory (runs/<name>)")
+    ana.add_argument(
+        "--by",
+        default="version",
+        help="split by: version (default), or a provenance key (harness, prompt_hash, ...)",
+    )
     ana.set_defaults(func=_analyze)
 
     exp = sub.add_parser("export", help="a run's episodes in another format (ATIF)")

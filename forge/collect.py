@@ -75,22 +75,26 @@ def collect(
     data["policy"]["engine"] = teacher_engine(config, teacher, model)
     data.update(tasks=tasks, eval_temperature=temperature)
     cfg = RunConfig.model_validate(data)
-    agents = plan(cfg, [cfg.harness], [])
-    results = evaluate(cfg, agents, k, out / "play")[agents[0].name]
-    lines = (out / "play" / agents[0].name / "episodes.jsonl").read_text().splitlines()
+    agents = plan(cfg, cfg.harnesses, [])  # a mix: every harness of it plays every task
+    results = evaluate(cfg, agents, k, out / "play")
+    lines = [
+        line
+        for agent in agents
+        for line in (out / "play" / agent.name / "episodes.jsonl").read_text().splitlines()
+    ]
     kept, dropped = keep([json.loads(line) for line in lines if line.strip()], min_reward)
     with open(out / "episodes.jsonl", "w") as f:
         for ep in kept:
             f.write(json.dumps(ep) + "\n")
     summary = {
         "teacher": teacher,
-        "harness": cfg.harness,
+        "harness": cfg.harness,  # a name, or the mix
         "tasks": tasks,
         "k": k,
         "min_reward": min_reward,
         "played": len(lines),
-        "failed_attempts": sum(results["failures"].values()),
-        "pass@1": results["pass@1"],
+        "failed_attempts": sum(sum(r["failures"].values()) for r in results.values()),
+        "pass@1": sum(r["pass@1"] for r in results.values()) / len(results),
         "kept": len(kept),
         "dropped": dropped,
         "tasks_kept": len({ep["task_id"] for ep in kept}),

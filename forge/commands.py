@@ -156,9 +156,22 @@ def _eval(args: argparse.Namespace) -> int:
         return 2
     config = resolved
     # the config's own harness unless --harness or --harness-config say which to compare
-    named = args.harness or ("" if args.harness_config else config.harness)
+    named = args.harness or ("" if args.harness_config else ",".join(config.eval_harness_list))
     harnesses = [h.strip() for h in named.split(",") if h.strip()]
     out = Path(args.out or os.path.join(config.runs_dir, f"eval-{config.name}"))
+    if args.model:  # several checkpoints: the checkpoint x harness matrix
+        from forge.eval_matrix import main as matrix_main
+        from forge.train.student import resolve
+
+        models = []
+        for model in (m.strip() for m in args.model.split(",") if m.strip()):
+            data = config.model_dump()
+            data["policy"]["engine"]["model"] = model
+            one = _making_student("eval", lambda d=data: resolve(RunConfig.model_validate(d)))
+            if one is None:
+                return 2
+            models.append(one.policy.engine.model)
+        return matrix_main(config, models, harnesses, args.k, out, args.harness_config or [])
     return eval_main(config, harnesses, args.k, out, args.harness_config or [])
 
 
@@ -267,8 +280,8 @@ def _analyze(args: argparse.Namespace) -> int:
     from forge.observe.analyze import analyze, table
 
     try:
-        report = analyze(Path(args.run_dir))
-    except FileNotFoundError as e:
+        report = analyze(Path(args.run_dir), args.by)
+    except (FileNotFoundError, ValueError) as e:
         print(f"forge analyze: {e}", file=sys.stderr)
         return 2
     (Path(args.run_dir) / "analysis.json").write_text(json.dumps(report, indent=2))

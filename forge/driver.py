@@ -90,7 +90,8 @@ class Run:
         self.dir.mkdir(parents=True, exist_ok=True)
         attach_run_log(self.dir)  # a calm console: the libraries' lines go to RUN_DIR/forge.log
         (self.dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(), sort_keys=False))
-        require(config.harness, config.harness_options)  # a missing harness stops the run now
+        for harness in config.eval_harness_list:  # a missing harness stops the run now
+            require(harness, config.options_for(harness))
         check_isolation(config.sandbox, config.proxy)  # so does an unusable sandbox backend
         skipped: list[Problem] = []  # tasks that cannot play: said, recorded, left out
         self.tasks = load_tasks(config.tasks, config.task_ids, skipped)
@@ -179,17 +180,25 @@ class Run:
         self.step, self.version, self.requested, self.lost = 0, 0, 0, 0
         self.saved_step = -1
         ckpt = latest_checkpoint(self.dir) if resume else None
-        cursor = 0
+        cursor, draw_state = 0, None
         if ckpt is not None:
             ray.get(self.trainer.load_checkpoint.remote(str(ckpt)))
             self.step = int(ckpt.name.split("_")[1])  # run steps (the trainer skips some)
             state_file = ckpt / RUN_STATE_FILE
             if state_file.exists():
-                cursor = int(json.loads(state_file.read_text())["cursor"])
+                saved = json.loads(state_file.read_text())
+                cursor, draw_state = int(saved["cursor"]), saved.get("harness_draw")
         self.scheduler = (
             ray.remote(Scheduler)
             .options(**placed["scheduler"])
-            .remote(config.model_dump(), self.policy, self.buffer, self.tasks, cursor=cursor)
+            .remote(
+                config.model_dump(),
+                self.policy,
+                self.buffer,
+                self.tasks,
+                cursor=cursor,
+                draw_state=draw_state,
+            )
         )
         if ckpt is not None:
             self.publish()
@@ -254,20 +263,33 @@ class Run:
         ray.get(self.scheduler.set_version.remote(version))
         return timing
 
-    def evaluate(self) -> dict[str, float]:
-        attempts = self.eval_tasks * self.config.eval_k
-        episodes = ray.get(self.scheduler.evaluate.remote(attempts, self.config.eval_temperature))
+    def evaluate(self) -> dict[str, Any]:
+        """The held-out tasks ``eval_k`` times through every harness of the run and each of
+        ``eval_harnesses``; ``eval_pass_rate`` is over the run's own harnesses, and with
+        several, ``eval_by_harness`` has each one's."""
+        config = self.config
+        attempts = self.eval_tasks * config.eval_k
+        calls = {
+            h: self.scheduler.evaluate.remote(attempts, config.eval_temperature, h)
+            for h in config.eval_harness_list
+        }
+        each = {h: ray.get(ref) for h, ref in calls.items()}
+        episodes = [ep for eps in each.values() for ep in eps]
         out = self.dir / "eval" / f"step_{self.step}.jsonl"
         out.parent.mkdir(exist_ok=True)
         write_images(out.parent, episodes)  # eval/images/<sha256>.<ext>
         with open(out, "w") as f:
             for ep in episodes:
                 f.write(json.dumps(ep.to_dict()) + "\n")
-        passed = sum(1 for ep in episodes if ep.status == "ok" and ep.reward >= 1.0)
-        return {
-            "eval_pass_rate": passed / max(1, len(attempts)),
-            "eval_reward_mean": sum(ep.reward for ep in episodes) / max(1, len(episodes)),
+        rates = {h: eval_rates(eps, len(attempts)) for h, eps in each.items()}
+        own = [rates[h] for h in config.harnesses]
+        stats: dict[str, Any] = {
+            "eval_pass_rate": sum(r["pass_rate"] for r in own) / len(own),
+            "eval_reward_mean": sum(r["reward_mean"] for r in own) / len(own),
         }
+        if len(rates) > 1:
+            stats["eval_by_harness"] = rates
+        return stats
 
     def checkpoint(self) -> str:
         """Save ``checkpoints/step_N`` and keep only the latest ``keep_checkpoints``."""
@@ -276,7 +298,9 @@ class Run:
             return str(root / f"step_{self.step}")
         path = ray.get(self.trainer.save_checkpoint.remote(str(root / f"step_{self.step}")))
         cursor = ray.get(self.scheduler.stats.remote())["cursor"]
-        (Path(path) / RUN_STATE_FILE).write_text(json.dumps({"cursor": cursor, "step": self.step}))
+        draw = ray.get(self.scheduler.draw_state.remote())
+        state = {"cursor": cursor, "step": self.step, "harness_draw": draw}
+        (Path(path) / RUN_STATE_FILE).write_text(json.dumps(state))
         self.saved_step = self.step
         ckpts = sorted(root.glob("step_*"), key=lambda p: int(p.name.split("_")[1]))
         for old in ckpts[: -self.config.keep_checkpoints]:
@@ -315,6 +339,16 @@ class Run:
                 self.reconciler.stop()
         reap_sandboxes(self.config.sandbox, self.config.name)  # of pods that died
         return stats
+
+
+def eval_rates(episodes: list[Any], attempts: int) -> dict[str, float]:
+    """Pass rate (of ``attempts``: one that never ended counts as failed) and mean reward."""
+    passed = sum(1 for ep in episodes if ep.status == "ok" and ep.reward >= 1.0)
+    return {
+        "pass_rate": passed / max(1, attempts),
+        "reward_mean": sum(ep.reward for ep in episodes) / max(1, len(episodes)),
+        "episodes": float(len(episodes)),
+    }
 
 
 def main(config: RunConfig, resume: bool = False) -> int:

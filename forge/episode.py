@@ -33,6 +33,7 @@ from forge.harnesses.app_tools import app_env, app_extra, app_mounts, cli_hint, 
 from forge.harnesses.base import AttemptContext
 from forge.harnesses.registry import get_harness
 from forge.outcome import SANDBOX_SLACK_S, classify_end, harness_cap_s
+from forge.provenance import provenance
 from forge.sandboxes import services
 from forge.sandboxes.base import ExecResult, SandboxSpec
 from forge.sandboxes.egress import EgressProxy, proxy_env
@@ -304,6 +305,16 @@ async def run_attempt(
         harness_log=log_text,
         service_calls=state.world.calls if state.world else [],
         services=list(task.apps),
+        provenance=provenance(
+            harness_name,
+            harness,
+            task,
+            pod.sandbox_config.backend,
+            getattr(sandbox, "image", ""),
+            state.turns,
+            pod.model,
+            temperature,
+        ),
     )
 
 

@@ -93,6 +93,7 @@ def score(
         # the policy ended these (context full, turn or token limit, timeout): scored 0
         "truncated": dict(Counter(ep.truncated for ep in episodes if ep.truncated)),
         "failed_tasks": sorted(t for t in tasks if passed[t] < k),
+        "passes": {t: passed[t] for t in tasks},  # per task: attempts that passed
         # tasks with services: dedicated tools vs shell, coverage, reads after writes
         "services": service_rates([ep.to_dict() for ep in episodes]),
         "harbor": harbor_metrics(episodes, sum(failures.values())),
@@ -155,6 +156,9 @@ def _definition(body: Any, path: str, field: str) -> tuple[str, dict[str, Any]]:
                 line = f"{field}.{line}"
             lines.append(f"{path}: {line}")
         raise ConfigError("invalid harness config:\n  " + "\n  ".join(lines)) from None
+    if not isinstance(run.harness, str) or run.eval_harnesses:
+        where = f"{field}.harness" if field else "harness"
+        raise ConfigError(f"{path}: {where}: an agent is one harness, not a mix")
     return run.harness, run.harness_options
 
 
@@ -205,7 +209,7 @@ def plan(config: RunConfig, harnesses: list[str], files: list[str]) -> list[Agen
         if kind not in HARNESSES:
             raise ValueError(f"--harness: unknown {kind!r}; known: {', '.join(sorted(HARNESSES))}")
         # the config's options belong to its own harness; the others run as shipped
-        options = config.harness_options if kind == config.harness else {}
+        options = config.options_for(kind)
         name = options.get("name", kind) if kind == "command" else kind
         field = "harness_options.name" if kind == "command" else kind
         agents.append(_named(Agent(name, kind, dict(options), "--harness"), field))

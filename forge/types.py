@@ -223,6 +223,9 @@ class Episode:
     # writes, error?}; via is how it came (tool, mcp, cli).
     service_calls: list[dict[str, Any]] = field(default_factory=list)
     services: list[str] = field(default_factory=list)  # the services the task offered
+    # what produced it: harness, version, prompt hash, sandbox, task version, verifier, policy
+    # versions, model, sampling (forge.provenance)
+    provenance: dict[str, Any] = field(default_factory=dict)
     # The pixels of the turns' images by sha256: kept in memory, written beside the episode
     # file (``images/<sha256>.<ext>``), never into its JSON line (see :meth:`to_dict`).
     images: dict[str, ImagePart] = field(default_factory=dict)

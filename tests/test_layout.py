@@ -34,7 +34,7 @@ PACKAGES = ("forge", "actors", "serve", "rewards", "tasks")
 MAX_LINES = 400
 # Modules allowed over MAX_LINES, each with the reason it is not split.
 LONG_MODULES: dict[str, str] = {
-    "actors/scheduler.py": "one actor class (486 lines, 40 of them the invariants it keeps) "
+    "actors/scheduler.py": "one actor class (515 lines, 40 of them the invariants it keeps) "
     "whose dispatch loop and settle path share its queue, in-flight calls and groups; what "
     "stands apart is already out (actors.attempts: groups, attempts, ledger, outbox; "
     "actors.pod_pool: the pods); splitting the class would take a mixin over shared state",
@@ -79,6 +79,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "serve.policy",
             "forge.outcome",
             "forge.episode",
+            "forge.provenance",
             "forge.task_set",
         ),
     ),
@@ -95,6 +96,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "forge.commands",
             "forge.driver",
             "forge.evaluate",
+            "forge.eval_matrix",
             "forge.collect",
             "forge.train.sft",
             "forge.train.student",

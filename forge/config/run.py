@@ -8,6 +8,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from forge.config import harness_mix as mix
+from forge.config.harness_mix import HarnessField
 from forge.config.placement import ActorKind, ActorPlacement, PlacementConfig
 from forge.config.sandbox import SandboxConfig
 from forge.config.sandbox import Strict as _Strict
@@ -28,12 +30,34 @@ class RunConfig(_Strict):
     policy: PolicyConfig = Field(default_factory=PolicyConfig, description="The Policy.")
     proxy: ProxyConfig = Field(default_factory=ProxyConfig, description="HarnessPod proxy limits.")
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="Sandboxes.")
-    harness: str = Field("react", description="Harness every attempt runs.")
+    harness: HarnessField = Field(
+        "react",
+        description="Harness every attempt runs, or a weighted mix, e.g. {react: 2, pi: 1}: "
+        "each GRPO group is one task in one harness, drawn by weight (harness_mix).",
+    )
+    harness_mix: Literal["fixed", "adaptive"] = Field(
+        "fixed",
+        description="How a mix draws each group's harness: fixed (by the weights), or adaptive "
+        "(weight moves toward the harnesses whose training pass rate is lowest or rising "
+        "fastest, each keeping at least harness_floor of the draws; logged each step).",
+    )
+    harness_floor: float = Field(
+        0.1,
+        ge=0,
+        lt=1,
+        description="adaptive mix: the least share of draws each harness keeps, so none starves.",
+    )
+    eval_harnesses: list[str] = Field(
+        default_factory=list,
+        description="Harnesses the in-run evaluation runs through beside the run's own (ones "
+        "it never trains in), e.g. [codex, openclaw].",
+    )
     harness_options: dict[str, Any] = Field(
         default_factory=dict,
         validate_default=True,
         description="Options of the harness adapter, e.g. for react: tools (subset offered), "
-        "system_prompt, max_tokens.",
+        "system_prompt, max_tokens; with a mix or eval_harnesses, keyed by harness name "
+        "({pi: {tools: [read, bash]}}).",
     )
     tasks: str = Field("smoke", description="Task suite name or path.")
     task_ids: list[str] = Field(
@@ -123,37 +147,64 @@ class RunConfig(_Strict):
                 )
         return self
 
-    @field_validator("harness")
+    @field_validator("harness", mode="before")
     @classmethod
-    def _known_harness(cls, name: str) -> str:
-        from forge.harnesses.registry import HARNESSES
+    def _known_harness(cls, value: HarnessField) -> HarnessField:
+        return mix.check_harness(value)
 
-        if name not in HARNESSES:
-            raise ValueError(f"unknown harness {name!r}; known: {', '.join(sorted(HARNESSES))}")
-        return name
+    @field_validator("eval_harnesses")
+    @classmethod
+    def _known_eval_harnesses(cls, names: list[str]) -> list[str]:
+        for name in names:
+            mix.check_harness(name)
+        return names
 
     @field_validator("harness_options")
     @classmethod
     def _harness_takes_options(cls, options: dict[str, Any], info: ValidationInfo) -> dict:
-        import inspect
-
         from forge.harnesses.registry import HARNESSES
 
-        adapter = HARNESSES.get(info.data.get("harness", ""))
-        if adapter is None:
+        harness = info.data.get("harness")
+        if harness is None:
             return options  # the harness field already failed
-        known = [p for p in inspect.signature(adapter).parameters if p != "self"]
-        unknown = sorted(set(options) - set(known))
-        if unknown:
-            raise ValueError(f"unknown option(s) {unknown}; {adapter.__name__} takes {known}")
-        normalize = getattr(adapter, "normalize_options", None)
-        if normalize is not None:  # e.g. host paths made absolute while the cwd is known
-            options = normalize(options)
-        try:
-            adapter(**options)  # the adapter's own checks
-        except TypeError as e:  # a required option missing
-            raise ValueError(str(e).replace(".__init__()", ":")) from None
-        return options
+        extra = info.data.get("eval_harnesses") or []
+        if isinstance(harness, dict) or extra:  # keyed by harness name
+            return mix.check_mix_options(list(mix.weights(harness)), options, extra)
+        return mix.check_options(HARNESSES[harness], options)
+
+    @model_validator(mode="after")
+    def _floor_fits_the_mix(self) -> RunConfig:
+        n = len(self.harnesses)
+        if self.harness_mix == "adaptive" and self.harness_floor * n > 1:
+            raise ValueError(
+                f"harness_floor: {self.harness_floor:g} for each of {n} harnesses is more "
+                f"than all the draws; at most {1 / n:.3g}"
+            )
+        return self
+
+    @property
+    def harnesses(self) -> list[str]:
+        """The harnesses the run trains in (one, or the mix's, in the config's order)."""
+        return list(mix.weights(self.harness))
+
+    @property
+    def mixed(self) -> bool:
+        """Whether the run trains in several harnesses, or evaluates in extra ones (then
+        ``harness_options`` is keyed by harness name)."""
+        return isinstance(self.harness, dict) or bool(self.eval_harnesses)
+
+    def options_for(self, harness: str) -> dict[str, Any]:
+        """``harness``'s adapter options: ``harness_options`` itself for a single harness,
+        its entry of them for a mix (none: the harness as shipped)."""
+        if not self.mixed:
+            return self.harness_options if harness == self.harness else {}
+        return dict(self.harness_options.get(harness, {}))
+
+    @property
+    def eval_harness_list(self) -> list[str]:
+        """The harnesses the in-run evaluation runs through: the run's own, then the
+        evaluation-only ones."""
+        return list(dict.fromkeys([*self.harnesses, *self.eval_harnesses]))
 
     @property
     def run_dir(self) -> Path:

@@ -43,6 +43,7 @@ from forge.observe.tool_calls import (
     _offered,
     _results,
 )
+from forge.provenance import KEYS
 
 SHELL_WRITE = re.compile(r"(>|\btee\b|\bsed\s+-i|\bmv\b|\bcp\b|\brm\b|\bmkdir\b|\btouch\b)")
 SHELL_CHECK = re.compile(r"\b(cat|head|tail|ls|grep|wc|diff|test|stat|python3?|jq|find)\b|\[ ")
@@ -139,21 +140,37 @@ def episodes_file(run_dir: Path) -> Path:
     )
 
 
-def analyze(run_dir: Path) -> dict[str, Any]:
-    """Behaviour per policy version over ``RUN_DIR``'s recorded episodes: the text rates under
-    ``versions``, the GUI rates under ``gui``."""
-    by_version: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    gui_by_version: dict[int, list[dict[str, Any]]] = defaultdict(list)
+def group_key(ep: dict[str, Any], by: str) -> Any:
+    """What ``ep`` is grouped by: ``version`` (the newest policy version that sampled a turn),
+    or any key of its provenance (:mod:`forge.provenance`; ``harness`` falls back to the
+    episode's own field for episodes recorded before provenance)."""
+    if by == "version":
+        return max((t.get("policy_version", 0) for t in ep.get("turns") or []), default=0)
+    value = (ep.get("provenance") or {}).get(by)
+    if value is None and by == "harness":
+        value = ep.get("harness")
+    if isinstance(value, list):
+        return "-".join(str(v) for v in value)
+    return "?" if value is None else str(value)
+
+
+def analyze(run_dir: Path, by: str = "version") -> dict[str, Any]:
+    """Behaviour per policy version (or per ``by``, a provenance key) over ``RUN_DIR``'s
+    recorded episodes: the text rates under ``versions``, the GUI rates under ``gui``."""
+    if by != "version" and by not in KEYS:
+        raise ValueError(f"--by: {by!r} is not version or one of {', '.join(KEYS)}")
+    groups: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    gui: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for line in episodes_file(run_dir).read_text().splitlines():
         if not line.strip():
             continue
         ep = json.loads(line)
-        versions = [t.get("policy_version", 0) for t in ep.get("turns") or []]
-        (gui_by_version if is_gui_episode(ep) else by_version)[max(versions, default=0)].append(ep)
-    services = {str(v): service_rates(eps) for v, eps in sorted(by_version.items())}
+        (gui if is_gui_episode(ep) else groups)[group_key(ep, by)].append(ep)
+    services = {str(v): service_rates(eps) for v, eps in sorted(groups.items())}
     return {
-        "versions": {str(v): _rates(eps) for v, eps in sorted(by_version.items())},
-        "gui": {str(v): gui_rates(eps) for v, eps in sorted(gui_by_version.items())},
+        "by": by,
+        "versions": {str(v): _rates(eps) for v, eps in sorted(groups.items())},
+        "gui": {str(v): gui_rates(eps) for v, eps in sorted(gui.items())},
         "services": {v: r for v, r in services.items() if r is not None},
     }
 
@@ -163,7 +180,8 @@ def table(report: dict[str, Any]) -> str:
         return "-" if x is None else f"{x:.2f}"
 
     lines = [
-        "| version | episodes | reward | shell share | self-verify | tool coverage | recovery |",
+        f"| {report.get('by', 'version')} | episodes | reward | shell share | self-verify | "
+        "tool coverage | recovery |",
         "|---|---|---|---|---|---|---|",
     ]
     for v, r in report["versions"].items():

@@ -1,11 +1,13 @@
 """``forge plot RUN_DIR``: PNG charts of a run's step metrics (``metrics.jsonl``), with
-matplotlib: one file per metric and an overview of them all, in ``RUN_DIR/plots/``."""
+matplotlib: one file per metric and an overview of them all, in ``RUN_DIR/plots/``. A run on a
+harness mix draws a line per harness beside the run's (``by_harness/<name>/<metric>``)."""
 
 from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 DEFAULT = (  # what a researcher looks at first, when the run recorded it
     "reward_mean", "pass_rate", "eval_pass_rate", "loss", "entropy", "logprob_kl", "grad_norm",
@@ -27,7 +29,7 @@ def series(run_dir: Path) -> dict[str, tuple[list[float], list[float]]]:
         step = record.get("step")
         if not isinstance(step, int | float):
             continue
-        for key, value in record.items():
+        for key, value in flat(record).items():
             if key == "step" or isinstance(value, bool) or not isinstance(value, int | float):
                 continue
             if math.isfinite(value):
@@ -35,6 +37,41 @@ def series(run_dir: Path) -> dict[str, tuple[list[float], list[float]]]:
                 xs.append(float(step))
                 ys.append(float(value))
     return out
+
+
+def flat(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as ``outer/inner`` keys."""
+    out: dict[str, Any] = {}
+    for key, value in record.items():
+        if isinstance(value, dict):
+            out.update(flat(value, f"{prefix}{key}/"))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def per_harness(data: dict[str, Any], name: str) -> dict[str, str]:
+    """``{harness: key}`` of ``name``'s curve per harness of a mix, where recorded."""
+    outer, inner = (
+        ("eval_by_harness", name.removeprefix("eval_"))
+        if name.startswith("eval_")
+        else ("by_harness", name)
+    )
+    found = {}
+    for key in data:
+        parts = key.split("/")
+        if len(parts) == 3 and parts[0] == outer and parts[2] == inner:
+            found[parts[1]] = key
+    return found
+
+
+def _draw(ax: Any, data: dict[str, Any], name: str) -> None:
+    ax.plot(*data[name], marker="o", markersize=2, label="all")
+    lines = per_harness(data, name)
+    for harness, key in sorted(lines.items()):
+        ax.plot(*data[key], marker=".", markersize=2, linewidth=0.8, label=harness)
+    if lines:
+        ax.legend(fontsize=6)
 
 
 def plot(run_dir: Path, out: Path | None = None, metrics: list[str] | None = None) -> list[Path]:
@@ -58,7 +95,7 @@ def plot(run_dir: Path, out: Path | None = None, metrics: list[str] | None = Non
     written = []
     for name in names:
         fig, ax = plt.subplots(figsize=(5, 3))
-        ax.plot(*data[name], marker="o", markersize=2)
+        _draw(ax, data, name)
         ax.set(title=name, xlabel="step")
         fig.tight_layout()
         fig.savefig(out / f"{name}.png", dpi=100)
@@ -68,7 +105,7 @@ def plot(run_dir: Path, out: Path | None = None, metrics: list[str] | None = Non
     rows = math.ceil(len(names) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 2.6 * rows), squeeze=False)
     for ax, name in zip(axes.flat, names, strict=False):
-        ax.plot(*data[name], marker="o", markersize=2)
+        _draw(ax, data, name)
         ax.set_title(name, fontsize=9)
     for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")

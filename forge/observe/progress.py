@@ -21,6 +21,7 @@ class Progress:
         self.rewards: list[float] = []
         self.evals: list[tuple[int, float]] = []  # (step, held-out pass rate)
         self.last: dict[str, Any] = {}  # the scheduler's counts at the previous step
+        self.last_by_harness: dict[str, Any] = {}  # the same, per harness of a mix
 
     def collecting(self, sched: dict[str, Any]) -> None:
         if not self.tty:
@@ -70,10 +71,18 @@ class Progress:
             "step_s": dt,
             "elapsed_s": now - self.t_start,
         }
+        if len(self.config.harnesses) > 1:  # a mix: every curve per harness too
+            record["by_harness"] = self._per_harness(train, sched)
+            record["harness_shares"] = dict(sched.get("harness_shares", {}))
         self.rewards.append(record["reward_mean"])
         if "eval_pass_rate" in record:
             self.evals.append((step, record["eval_pass_rate"]))
         ev = f" | eval {record['eval_pass_rate']:.2f}" if "eval_pass_rate" in record else ""
+        if "by_harness" in record:  # the pass rate of each harness of the mix, and its share
+            ev += " | " + " ".join(
+                f"{h} {m['pass_rate']:.2f}" if m["episodes"] else f"{h} -"
+                for h, m in record["by_harness"].items()
+            )
         print(
             ("\r" if self.tty else "")
             + f"[forge] step {step}/{self.config.steps} | reward {record['reward_mean']:.3f} | "
@@ -83,6 +92,29 @@ class Progress:
             flush=True,
         )
         return record
+
+    def _per_harness(self, train: dict[str, Any], sched: dict[str, Any]) -> dict[str, Any]:
+        """This step's batch metrics of each harness of the mix (the trainer's split, which
+        adds up to the step's) and its attempts by how they ended (the scheduler's counts)."""
+        last, self.last_by_harness = self.last_by_harness, sched.get("by_harness", {})
+        out: dict[str, Any] = {}
+        for name in self.config.harnesses:
+            split = dict(train.get("by_harness", {}).get(name, {}))
+            for key in ("groups", "episodes", "tokens_sampled", "truncated"):
+                split.setdefault(key, 0.0)
+            counts = changes(self.last_by_harness.get(name, {}), last.get(name, {}))
+            episodes = counts.get("attempts_ok", 0)
+            out[name] = {
+                **split,
+                "policy_failures": counts.get("attempts_truncated", 0),
+                "infra_failures": counts.get("attempts_failed", 0),
+                "infra_failure_reasons": counts.get("failures", {}),
+                "truncated_reasons": counts.get("truncations", {}),
+                "resets": counts.get("resets", {}),
+                "segments_per_episode": counts.get("segments", 0) / episodes if episodes else 0.0,
+                "share": float(sched.get("harness_shares", {}).get(name, 0.0)),
+            }
+        return out
 
     def _episode_counts(self, sched: dict[str, Any]) -> dict[str, Any]:
         """This step's attempts by how they ended, segments per episode and resets by reason.
@@ -112,9 +144,12 @@ class Progress:
     def evaluated(self, step: int, stats: dict[str, float]) -> dict[str, Any]:
         """The record of an evaluation outside a training step (the one before the first)."""
         self.evals.append((step, stats["eval_pass_rate"]))
+        each = stats.get("eval_by_harness", {})
+        split = " ".join(f"{h} {r['pass_rate']:.3f}" for h, r in each.items())
         print(
             f"[forge] eval at step {step}: pass rate {stats['eval_pass_rate']:.3f} "
-            f"({self.config.eval_tasks or self.config.tasks}, k={self.config.eval_k})",
+            f"({self.config.eval_tasks or self.config.tasks}, k={self.config.eval_k})"
+            + (f"; by harness: {split}" if split else ""),
             flush=True,
         )
         return {"step": step, **stats, "elapsed_s": time.perf_counter() - self.t_start}
@@ -134,3 +169,15 @@ class Progress:
         if len(self.evals) > 1:
             curve = " -> ".join(f"{rate:.3f} (step {s})" for s, rate in self.evals)
             print(f"[forge] eval pass rate: {curve}", flush=True)
+
+
+def changes(now: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    """``now - before`` for counts, and for mappings of counts (zeros left out)."""
+    out: dict[str, Any] = {}
+    for key, value in now.items():
+        if isinstance(value, dict):
+            old = before.get(key, {})
+            out[key] = {k: v - old.get(k, 0) for k, v in value.items() if v - old.get(k, 0)}
+        else:
+            out[key] = value - before.get(key, 0)
+    return out

@@ -21,7 +21,7 @@ SUMMED = ("loss", "pg_loss", "kl")  # micro-batch shares that add up to the batc
 
 def grpo_batch(
     groups: list[list[Episode]], version: int, cfg: TrainerConfig
-) -> tuple[list[Episode], list[float], dict[str, float]]:
+) -> tuple[list[Episode], list[float], dict[str, Any]]:
     """The episodes to train on (groups whose advantages are not all 0), their advantages as
     ``cfg`` says (``advantage``: group-relative, ``normalize_adv_std``, or the reward itself;
     negative ones times ``negative_advantage_scale``), and the batch's reward, advantage and
@@ -64,8 +64,36 @@ def grpo_batch(
         "pass_rate": sum(r >= 1.0 for r in rewards) / max(1, len(rewards)),
         # how many versions behind the weights being updated the oldest sampled token is
         "staleness_max": float(version - min(versions)) if versions else 0.0,
+        "by_harness": by_harness(groups),
     }
     return episodes, advantages, stats
+
+
+def by_harness(groups: list[list[Episode]]) -> dict[str, dict[str, float]]:
+    """The batch's groups split by the harness they played in (each group is in one):
+    ``groups``, ``episodes``, ``reward_mean``, ``pass_rate``, ``turns_mean``,
+    ``tokens_sampled`` and ``truncated`` per harness; episode-weighted, so they add up to the
+    batch's."""
+    split: dict[str, list[Episode]] = {}
+    counts: dict[str, int] = {}
+    for group in groups:
+        if group:
+            name = group[0].provenance.get("harness") or group[0].harness  # as the run names it
+            split.setdefault(name, []).extend(group)
+            counts[name] = counts.get(name, 0) + 1
+    out = {}
+    for name, eps in split.items():
+        n = len(eps)
+        out[name] = {
+            "groups": float(counts[name]),
+            "episodes": float(n),
+            "reward_mean": sum(e.reward for e in eps) / n,
+            "pass_rate": sum(e.reward >= 1.0 for e in eps) / n,
+            "turns_mean": sum(len(e.turns) for e in eps) / n,
+            "tokens_sampled": float(sum(len(t.completion_ids) for e in eps for t in e.turns)),
+            "truncated": float(sum(1 for e in eps if e.truncated)),
+        }
+    return out
 
 
 def step_metrics(
@@ -73,16 +101,16 @@ def step_metrics(
     grad_norms: list[Tensor],
     gap: GapStats,
     batches: list[MicroBatch],
-    stats: dict[str, float],
+    stats: dict[str, Any],
     version: int,
     step: int,
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """A step's metrics: ``stats`` (the batch's), the micro-batches' ``totals`` per token (or
     per epoch for the :data:`SUMMED` ones), token counts, the mean gradient norm, the
     trainer-engine logprob gap, and the ``version`` and ``step`` after it."""
     epochs = max(len(grad_norms), 1)  # epochs run (a non-finite one ends the step)
     tokens = float(totals.get("tokens", 0.0)) or 1.0
-    out: dict[str, float] = dict(stats)
+    out: dict[str, Any] = dict(stats)
     for k, v in totals.items():
         if k == "ratio_max":
             out[k] = float(v)

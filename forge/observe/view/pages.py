@@ -23,6 +23,20 @@ CHARTS = [  # (title, metrics key): what a researcher watches per step
 Decode = Callable[[int], str]
 
 
+def harness_charts(steps: list[dict], xs: list[float], evals: list[dict]) -> list[str]:
+    """A run on a harness mix: each harness's training and held-out pass rate."""
+    out = []
+    names = dict.fromkeys(h for s in steps for h in s.get("by_harness", {}))
+    for h in names:
+        ys = [s.get("by_harness", {}).get(h, {}).get("pass_rate") for s in steps]
+        out.append(chart(f"pass rate: {h}", xs, ys))
+    names = dict.fromkeys(h for s in evals for h in s.get("eval_by_harness", {}))
+    for h in names:
+        ys = [s.get("eval_by_harness", {}).get(h, {}).get("pass_rate") for s in evals]
+        out.append(chart(f"held-out pass rate: {h}", [s["step"] for s in evals], ys))
+    return out
+
+
 def run_page(index: RunIndex, name: str) -> str:
     steps = index.train_steps()
     xs = [float(s.get("step", i + 1)) for i, s in enumerate(steps)]
@@ -30,6 +44,7 @@ def run_page(index: RunIndex, name: str) -> str:
     evals = [s for s in index.steps if "eval_pass_rate" in s]
     eval_xs, eval_ys = [s["step"] for s in evals], [s["eval_pass_rate"] for s in evals]
     charts.append(chart("held-out pass rate", eval_xs, eval_ys))
+    charts += harness_charts(steps, xs, evals)
     versions: dict[int, list[EpisodeRow]] = defaultdict(list)
     for row in index.episodes:
         versions[row.version].append(row)

@@ -83,3 +83,27 @@ def test_rates_per_policy_version(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "analysis.json").read_text())["versions"]["0"]["episodes"] == 2
     bad = subprocess.run([*FORGE, "analyze", str(tmp_path / "x")], capture_output=True, text=True)
     assert bad.returncode == 2 and "no recorded episodes" in bad.stderr
+
+
+def test_rates_by_any_provenance_key(tmp_path: Path) -> None:
+    (tmp_path / "episodes").mkdir()
+    eps = [
+        {**BEFORE, "harness": "react", "provenance": {"harness": "react", "prompt_hash": "a1"}},
+        {**AFTER, "harness": "pi", "provenance": {"harness": "pi", "prompt_hash": "b2"}},
+        {**AFTER, "harness": "pi"},  # recorded before provenance: its own harness field
+    ]
+    (tmp_path / "episodes" / "episodes.jsonl").write_text(
+        "\n".join(json.dumps(e) for e in eps) + "\n"
+    )
+    by = analyze(tmp_path, "harness")
+    assert by["by"] == "harness" and {k: v["episodes"] for k, v in by["versions"].items()} == {
+        "pi": 2,
+        "react": 1,
+    }
+    assert set(analyze(tmp_path, "prompt_hash")["versions"]) == {"a1", "b2", "?"}
+    with pytest.raises(ValueError, match="--by: 'colour'"):
+        analyze(tmp_path, "colour")
+    r = subprocess.run(
+        [*FORGE, "analyze", str(tmp_path), "--by", "harness"], capture_output=True, text=True
+    )
+    assert r.returncode == 0 and "| harness | episodes |" in r.stdout and "| pi | 2 |" in r.stdout
