@@ -37,7 +37,7 @@ from forge.observe import metrics
 from forge.observe.console import attach_run_log, quiet_libraries, run_log_path
 from forge.observe.loggers import LoggerMissing, MetricsLog
 from forge.observe.loggers import require as require_loggers
-from forge.observe.progress import Progress
+from forge.observe.progress import Progress, eval_rates
 from forge.sandboxes.bwrap import IsolationUnavailable
 from forge.sandboxes.registry import check_isolation, reap_sandboxes
 from forge.task_set import Problem, load_tasks, playable
@@ -180,31 +180,24 @@ class Run:
         self.step, self.version, self.requested, self.lost = 0, 0, 0, 0
         self.saved_step = -1
         ckpt = latest_checkpoint(self.dir) if resume else None
-        cursor, draw_state = 0, None
+        resumed: dict[str, Any] = {}  # the task cursor and the harness draw, from a checkpoint
         if ckpt is not None:
             ray.get(self.trainer.load_checkpoint.remote(str(ckpt)))
             self.step = int(ckpt.name.split("_")[1])  # run steps (the trainer skips some)
             state_file = ckpt / RUN_STATE_FILE
             if state_file.exists():
                 saved = json.loads(state_file.read_text())
-                cursor, draw_state = int(saved["cursor"]), saved.get("harness_draw")
+                resumed = {"cursor": int(saved["cursor"]), "draw_state": saved.get("harness_draw")}
         self.scheduler = (
             ray.remote(Scheduler)
             .options(**placed["scheduler"])
-            .remote(
-                config.model_dump(),
-                self.policy,
-                self.buffer,
-                self.tasks,
-                cursor=cursor,
-                draw_state=draw_state,
-            )
+            .remote(config.model_dump(), self.policy, self.buffer, self.tasks, **resumed)
         )
         if ckpt is not None:
             self.publish()
             print(
                 f"[forge] resumed from {ckpt} (step {self.step}, version {self.version}, "
-                f"{cursor} tasks drawn)"
+                f"{resumed.get('cursor', 0)} tasks drawn)"
             )
         ray.get(self.scheduler.start.remote())
         if r.mode == "async":
@@ -269,8 +262,9 @@ class Run:
         several, ``eval_by_harness`` has each one's."""
         config = self.config
         attempts = self.eval_tasks * config.eval_k
+        temperature = config.eval_temperature
         calls = {
-            h: self.scheduler.evaluate.remote(attempts, config.eval_temperature, h)
+            h: self.scheduler.evaluate.remote(attempts, temperature, h)
             for h in config.eval_harness_list
         }
         each = {h: ray.get(ref) for h, ref in calls.items()}
@@ -339,16 +333,6 @@ class Run:
                 self.reconciler.stop()
         reap_sandboxes(self.config.sandbox, self.config.name)  # of pods that died
         return stats
-
-
-def eval_rates(episodes: list[Any], attempts: int) -> dict[str, float]:
-    """Pass rate (of ``attempts``: one that never ended counts as failed) and mean reward."""
-    passed = sum(1 for ep in episodes if ep.status == "ok" and ep.reward >= 1.0)
-    return {
-        "pass_rate": passed / max(1, attempts),
-        "reward_mean": sum(ep.reward for ep in episodes) / max(1, len(episodes)),
-        "episodes": float(len(episodes)),
-    }
 
 
 def main(config: RunConfig, resume: bool = False) -> int:

@@ -74,7 +74,33 @@ def prompt_hash(turns: list[Turn]) -> str:
     return digest({"system": [*system, extra] if extra else system, "tools": request.get("tools")})
 
 
+def verifier_kind(verifier: Any) -> str:
+    """A verifier's type; a list of them joined with ``+``."""
+    if isinstance(verifier, list):
+        return "+".join(verifier_kind(v) for v in verifier)
+    if isinstance(verifier, dict):
+        return str(verifier.get("type", "?"))
+    return str(getattr(verifier, "type", type(verifier).__name__))
+
+
 def provenance(
+    key: str,
+    harness: Any,
+    task: Any,
+    backend: str,
+    image: str,
+    turns: list[Turn],
+    model: str,
+    temperature: float | None,
+) -> dict[str, Any]:
+    """The record; never raises (what could not be read is named under ``error``)."""
+    try:
+        return _provenance(key, harness, task, backend, image, turns, model, temperature)
+    except Exception as e:  # a record of what produced it never costs the episode
+        return {"harness": key, "error": f"{type(e).__name__}: {e}"[:500]}
+
+
+def _provenance(
     key: str,
     harness: Any,
     task: Any,
@@ -95,7 +121,7 @@ def provenance(
         "sandbox": backend,
         "image": image,
         "task_version": digest(task.model_dump(mode="json")),
-        "verifier": task.verifier.type,
+        "verifier": verifier_kind(task.verifier),
         "policy_versions": [min(versions), max(versions)] if versions else [],
         "model": model,
         "temperature": temperature,

@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # Run the test suite (sets up .venv first). Extra arguments go to pytest, e.g. -m "not slow".
-# GPU tests run on a machine with a GPU only; tests marked full (a full-size run of a second
-# example) only when asked for (-m full); everything else runs here.
+# GPU tests run on a machine with a GPU only. Tests marked full (full-size runs, and the second
+# and later variants of what a default test already covers) and vllm (the vLLM engine: its own
+# environment takes minutes to set up) run only when asked for: -m full, -m vllm, or
+# -m "full or vllm" (then the set-up makes the vLLM environment too). Everything else runs here.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-FORGE_SKIP_STUDENT=1 bash scripts/setup.sh || exit 1  # tests make their own small student
+skip_vllm=1
+case " $* " in *full* | *vllm*) skip_vllm=0 ;; esac
+gpu=0
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then gpu=1 skip_vllm=0; fi
+# tests make their own small student
+FORGE_SKIP_STUDENT=1 FORGE_SKIP_VLLM=${FORGE_SKIP_VLLM:-$skip_vllm} bash scripts/setup.sh || exit 1
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE=disabled
-markers="not gpu and not full"
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then markers="not full"; fi
+markers="not gpu and not full and not vllm"
+if [ "$gpu" = 1 ]; then markers="not full"; fi
 .venv/bin/ruff check . || exit 1
 .venv/bin/python -m pytest --durations=25 ${markers:+-m "$markers"} "$@"
 rc=$?

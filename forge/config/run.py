@@ -8,8 +8,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from forge.config import harness_mix as mix
-from forge.config.harness_mix import HarnessField
+from forge.config.harness_mix import (
+    HarnessField,
+    check_harness,
+    check_mix_options,
+    check_options,
+    weights,
+)
 from forge.config.placement import ActorKind, ActorPlacement, PlacementConfig
 from forge.config.sandbox import SandboxConfig
 from forge.config.sandbox import Strict as _Strict
@@ -150,13 +155,13 @@ class RunConfig(_Strict):
     @field_validator("harness", mode="before")
     @classmethod
     def _known_harness(cls, value: HarnessField) -> HarnessField:
-        return mix.check_harness(value)
+        return check_harness(value)
 
     @field_validator("eval_harnesses")
     @classmethod
     def _known_eval_harnesses(cls, names: list[str]) -> list[str]:
         for name in names:
-            mix.check_harness(name)
+            check_harness(name)
         return names
 
     @field_validator("harness_options")
@@ -169,8 +174,8 @@ class RunConfig(_Strict):
             return options  # the harness field already failed
         extra = info.data.get("eval_harnesses") or []
         if isinstance(harness, dict) or extra:  # keyed by harness name
-            return mix.check_mix_options(list(mix.weights(harness)), options, extra)
-        return mix.check_options(HARNESSES[harness], options)
+            return check_mix_options(list(weights(harness)), options, extra)
+        return check_options(HARNESSES[harness], options)
 
     @model_validator(mode="after")
     def _floor_fits_the_mix(self) -> RunConfig:
@@ -185,7 +190,7 @@ class RunConfig(_Strict):
     @property
     def harnesses(self) -> list[str]:
         """The harnesses the run trains in (one, or the mix's, in the config's order)."""
-        return list(mix.weights(self.harness))
+        return list(weights(self.harness))
 
     @property
     def mixed(self) -> bool:

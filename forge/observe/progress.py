@@ -71,6 +71,8 @@ class Progress:
             "step_s": dt,
             "elapsed_s": now - self.t_start,
         }
+        if "eval_by_harness" in train:  # an evaluation through several harnesses
+            record["eval_by_harness"] = train["eval_by_harness"]
         if len(self.config.harnesses) > 1:  # a mix: every curve per harness too
             record["by_harness"] = self._per_harness(train, sched)
             record["harness_shares"] = dict(sched.get("harness_shares", {}))
@@ -181,3 +183,13 @@ def changes(now: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value - before.get(key, 0)
     return out
+
+
+def eval_rates(episodes: list[Any], attempts: int) -> dict[str, float]:
+    """Pass rate (of ``attempts``: one that never ended counts as failed) and mean reward."""
+    passed = sum(1 for ep in episodes if ep.status == "ok" and ep.reward >= 1.0)
+    return {
+        "pass_rate": passed / max(1, attempts),
+        "reward_mean": sum(ep.reward for ep in episodes) / max(1, len(episodes)),
+        "episodes": float(len(episodes)),
+    }

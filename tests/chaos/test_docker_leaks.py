@@ -73,6 +73,9 @@ def _alive(run: runner.ForgeRun) -> None:
         raise AssertionError(f"forge run ended early:\n{run.text()[-3000:]}")
 
 
+@pytest.mark.full  # ~50 s: -m full; in CI the same kill on the local backend
+# (tests/chaos/test_in_process.py)
+# and the docker backend's reaping (tests/forge/sandboxes/test_docker.py)
 def test_docker_pod_killed_mid_episode_leaves_no_container(
     tmp_path: Path,
     docker_daemon: Any,  # noqa: F811

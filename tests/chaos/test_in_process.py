@@ -166,6 +166,8 @@ def test_sandbox_process_killed(cluster: Any, tmp_path: Path, chaos_row: Any) ->
     assert hit[0].file in ("episodes.jsonl", "dropped.jsonl"), hit
 
 
+@pytest.mark.full  # ~35 s: -m full; in CI a harness past its time in
+# tests/forge/test_episode_policy.py
 def test_harness_hung_past_its_timeout(cluster: Any, tmp_path: Path, chaos_row: Any) -> None:
     def freeze_harness(run: Any, root: Path) -> dict[str, Any]:
         proc, labels = running_harness(root)
@@ -184,6 +186,7 @@ def test_harness_hung_past_its_timeout(cluster: Any, tmp_path: Path, chaos_row: 
         assert hit[0].file == "failures.jsonl" and retried(audit, labels), audit.explain()
 
 
+@pytest.mark.full  # ~45 s: -m full; in CI the pod and sandbox kills above
 def test_policy_replica_killed(cluster: Any, tmp_path: Path, chaos_row: Any) -> None:
     import ray
 

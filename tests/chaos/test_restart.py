@@ -127,6 +127,9 @@ def audited(chain: dict[str, Any], chaos_row: Any) -> None:
     assert_clean(chain["audit"])
 
 
+@pytest.mark.full  # the chain below, ~250 s: -m full; in CI a resumed run in
+# tests/forge/test_driver_mix.py, the kills in tests/chaos/test_in_process.py, reaping in
+# tests/chaos/test_reconcile.py
 def test_trainer_killed_then_resumed(chain: dict[str, Any], chaos_row: Any) -> None:
     out = chain["trainer_killed_out"]
     assert chain["trainer_killed_rc"] != 0, out[-3000:]  # the run stops, saying why
@@ -140,6 +143,7 @@ def test_trainer_killed_then_resumed(chain: dict[str, Any], chaos_row: Any) -> N
     audited(chain, chaos_row)
 
 
+@pytest.mark.full  # the same chain: -m full
 def test_driver_sigkilled_then_resumed(chain: dict[str, Any], chaos_row: Any) -> None:
     orphans = chain["orphans"]
     assert orphans, "the driver was killed mid-attempt: its sandboxes should be orphans"

@@ -116,6 +116,7 @@ def test_oracle_episodes_then_sft(ray_cluster: Any, tmp_path: Path) -> None:
     assert state["step"] == 8
 
 
+@pytest.mark.full  # ~20 s: -m full; in CI the oracle as teacher (above)
 def test_the_student_as_its_own_teacher(ray_cluster: Any, tmp_path: Path) -> None:
     """``--teacher self``: the config's own policy (here the untrained ``tiny``) plays; what it
     sampled is recorded with its own logprobs, and only attempts the verifier passes are kept."""
@@ -133,6 +134,7 @@ def test_the_student_as_its_own_teacher(ray_cluster: Any, tmp_path: Path) -> Non
     assert sampled and any(lp < 0 for lp in sampled)  # the student's sampling, not a script's
 
 
+@pytest.mark.full  # ~20 s: -m full; in CI the oracle as teacher (above)
 def test_a_teacher_at_a_url(ray_cluster: Any, tmp_path: Path) -> None:
     """The teacher is this project's own server with the scripted engine playing one task's
     reference solution: the episode it leads, through the real harness, scores 1."""

@@ -56,6 +56,9 @@ def test_async_mode_never_trains_on_samples_older_than_the_bound(tmp_path: Path)
 
 @pytest.mark.slow
 @pytest.mark.timeout(1000)
+@pytest.mark.full  # ~110 s: -m full; in CI collective sync is tested in
+# tests/serve/test_weight_sync.py and
+# tests/serve/engines/test_vllm.py, the veRL ranks in tests/actors/test_verl_trainer.py
 def test_collective_weight_sync_carries_every_trainer_step(tmp_path: Path) -> None:
     """``weight_sync.strategy=collective``: the trainer broadcasts to both replicas (gloo on a
     CPU) each step; every step samples with the weights the step before published, and so do

@@ -1,6 +1,6 @@
 """``forge run`` on a harness mix with the tiny model: each group stays in one harness, the
-per-harness metrics add up to the step's, the evaluation runs through every harness, and a
-resumed run keeps the draw's state."""
+per-harness metrics add up to the step's, the evaluation runs through every harness, the
+checkpoint keeps the draw's state, and a resumed run draws on from it."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from tests.chaos.runner import letters_suite
 from tests.forge.test_cli import FORGE, _env
 
 ROOT = Path(__file__).resolve().parents[2]
-# the react program as a third-party CLI agent (examples/command-harness.yaml)
+# the react program as a third-party CLI agent (examples/command-harness.yaml), with no tools
 COMMAND = {
     "name": "react-cli",
     "protocol": "chat",
@@ -24,6 +24,8 @@ COMMAND = {
         "OPENAI_BASE_URL": "{base_url}",
         "OPENAI_API_KEY": "{api_key}",
         "FORGE_MODEL": "{model}",
+        "FORGE_TOOLS": "",  # a plain chat, as the quickstart's react: the tiny model reads bytes
+        "FORGE_SYSTEM_PROMPT": "",
     },
     "command": ["python3", "/opt/agent/react_agent.py", "{instruction}"],
     "answer": {"json_field": "final_answer"},
@@ -34,9 +36,10 @@ def _lines(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_a_two_harness_run_splits_by_harness_and_resumes_its_draw(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-step run on {react: 1, command: 1}, adaptive, evaluated before and after; its dir."""
+    tmp_path = tmp_path_factory.mktemp("mix")
     options = {"react": {"tools": [], "system_prompt": ""}, "command": COMMAND}
     args = [
         "run", str(ROOT / "examples" / "quickstart.yaml"), f"runs_dir={tmp_path}",
@@ -47,7 +50,13 @@ def test_a_two_harness_run_splits_by_harness_and_resumes_its_draw(tmp_path: Path
     ]  # fmt: skip
     r = subprocess.run([*FORGE, *args], capture_output=True, text=True, timeout=800, env=_env())
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    run_dir = tmp_path / "mix"
+    return tmp_path / "mix"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_two_harness_run_splits_by_harness(mixed: Path) -> None:
+    run_dir = mixed
     records = _lines(run_dir / "metrics.jsonl")
     steps = [s for s in records if "by_harness" in s]
     assert [s["step"] for s in steps] == [1, 2]
@@ -75,6 +84,14 @@ def test_a_two_harness_run_splits_by_harness_and_resumes_its_draw(tmp_path: Path
         "command": 1.0,
     }
 
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.full  # a second run, ~60 s: -m full; in CI the checkpoint's draw state (above) and
+# its restore (tests/actors/test_harness_draw.py)
+def test_a_resumed_mix_run_draws_on(mixed: Path) -> None:
+    run_dir = mixed
+    state = json.loads((run_dir / "checkpoints" / "step_2" / "run_state.json").read_text())
     again = [*FORGE, "run", "--resume", str(run_dir), "steps=3", "eval_every=0"]
     r = subprocess.run(again, capture_output=True, text=True, timeout=600, env=_env())
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

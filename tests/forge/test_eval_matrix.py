@@ -46,6 +46,8 @@ def test_labels_name_checkpoints_by_run_and_step(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@pytest.mark.full  # two Policies and four agents, ~80 s: -m full; in CI the cells' statistics
+# (above) and forge eval's agents (tests/forge/test_evaluate.py)
 def test_two_checkpoints_by_two_harnesses(tmp_path: Path) -> None:
     """The oracle policy under two model names through react (it passes) and a command agent
     that works outside its workspace (it fails): 2 x 2 cells, each with its episodes."""

@@ -87,6 +87,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return result
 
 
+@pytest.mark.full  # a 3-node cluster, ~70 s: -m full; in CI tests/forge/config/test_placement.py
 def test_each_actor_lands_where_its_placement_puts_it(report: dict[str, Any]) -> None:
     node = {node_id: name for name, node_id in report["nodes"].items()}
     assert node[report["driver_node"]] == "head"
@@ -104,6 +105,8 @@ def test_each_actor_lands_where_its_placement_puts_it(report: dict[str, Any]) ->
     assert pods == {"cpu-a": 2, "cpu-b": 2}, pods
 
 
+@pytest.mark.full  # the same cluster: -m full; in CI the chaos kills of
+# tests/chaos/test_in_process.py
 def test_a_lost_node_loses_no_episode(report: dict[str, Any]) -> None:
     audit = report["audit"]
     assert not (audit["lost"] or audit["duplicated"] or audit["leaked"] or audit["problems"]), (

@@ -134,8 +134,21 @@ def processes_with(tag: str) -> list[str]:
     return found
 
 
+def sliced(tasks: list[Task]) -> list[Any]:
+    """The default run's representative slice: the first task of each verifier shape (its
+    verifier types, in order); the others carry the ``full`` mark (``-m full`` runs them)."""
+    seen: set[str] = set()
+    out = []
+    for task in tasks:
+        shape = ",".join(type(v).__name__ for v in _flatten(build_verifier(task.verifier)))
+        marks = () if shape not in seen else (pytest.mark.full,)
+        seen.add(shape)
+        out.append(pytest.param(task, id=task.id, marks=marks))
+    return out
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("task", TASKS, ids=[t.id for t in TASKS])
+@pytest.mark.parametrize("task", sliced(TASKS))
 def test_cheater_scores_zero_and_oracle_one(tmp_path: Path, task: Task) -> None:
     tag = f"cheat-{uuid.uuid4().hex}"
     oracle, cheat = play(
@@ -168,7 +181,7 @@ PYTHON_CHECKED = [t for t in TASKS if any(c.cmd.startswith("python3") for c in c
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("task", PYTHON_CHECKED, ids=[t.id for t in PYTHON_CHECKED])
+@pytest.mark.parametrize("task", sliced(PYTHON_CHECKED))
 def test_the_cheat_beat_verifying_in_place(tmp_path: Path, task: Task) -> None:
     """Control: the planted shadows pass every python verifier run the old way, in the agent's
     own sandbox; run_verifier on that same sandbox gives 0."""

@@ -63,6 +63,8 @@ def test_tree_memory_counts_a_child_process_pages() -> None:
 @pytest.mark.skipif(not bwrap_works(), reason="bubblewrap cannot create namespaces here")
 @pytest.mark.skipif(not PACKAGES["browser"].installed(), reason="forge harness install browser")
 @pytest.mark.skipif(find_chromium() is None, reason="no Chromium (Debian's chromium package)")
+@pytest.mark.full  # ~25 s: -m full; in CI browser episodes in
+# tests/forge/harnesses/test_browser_episode.py
 def test_one_browser_episode_by_hand_and_through_openforge(ray_cluster) -> None:
     pytest.importorskip("playwright.sync_api")
     bench = load()

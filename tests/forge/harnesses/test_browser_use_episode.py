@@ -114,6 +114,7 @@ def test_oracle_sends_the_text_through_browser_use_and_noop_does_not(ray_cluster
     assert actions(noop)[0][0]["done"]["success"] is True
 
 
+@pytest.mark.full  # ~40 s: -m full; in CI browser-use's oracle and no-op episodes (the test above)
 def test_a_sampled_policy_writes_browser_uses_json(ray_cluster) -> None:
     """A real model sampling at temperature 1 (``tiny-vl``, random weights) through browser-use:
     its ``response_format`` reaches the torch engine, whose grammar keeps every reply a prefix

@@ -79,6 +79,7 @@ def test_real_codex_oracle_gets_1_and_noop_gets_0(ray_cluster) -> None:
 @needs_codex
 @pytest.mark.slow
 @pytest.mark.ray
+@pytest.mark.full  # ~20 s: -m full; in CI Codex's oracle and no-op episodes (the test above)
 def test_real_lean_codex_fits_a_small_context(ray_cluster) -> None:
     options = {"lean": True, "instructions": "Do the task with your tools, then answer."}
     eps = oracle_and_noop(ray_cluster, "codex", "json_extract", harness_options=options)

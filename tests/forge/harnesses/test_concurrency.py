@@ -36,6 +36,8 @@ def _run_at_once(ray, harness: str, n: int) -> None:
 @pytest.mark.skipif(not PACKAGES["pi"].installed(), reason="pi is not installed")
 @pytest.mark.slow
 @pytest.mark.ray
+@pytest.mark.full  # ~30 s: -m full; in CI many attempts at once in
+# tests/actors/test_scheduler_scale.py
 def test_eight_pi_episodes_at_once(ray_cluster) -> None:
     _run_at_once(ray_cluster, "pi", 8)
 

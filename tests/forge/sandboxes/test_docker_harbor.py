@@ -69,10 +69,13 @@ def _play(ray, pods, tasks, harness: str, noop_tasks: int | None = None) -> dict
         "react",
         pytest.param(
             "pi",
-            marks=pytest.mark.skipif(
-                not PACKAGES["pi"].installed(),
-                reason="pi is not installed: forge harness install pi",
-            ),
+            marks=[
+                pytest.mark.skipif(
+                    not PACKAGES["pi"].installed(),
+                    reason="pi is not installed: forge harness install pi",
+                ),
+                pytest.mark.full,  # ~35 s (the pi image): -m full; react plays them in CI
+            ],
         ),
     ],
 )

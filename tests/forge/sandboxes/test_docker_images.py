@@ -29,6 +29,9 @@ def test_cli_lists_and_builds_against_the_daemon(docker_daemon, docker_images, c
 
 @pytest.mark.slow
 @pytest.mark.skipif(not PACKAGES["pi"].installed(), reason="pi not installed (scripts/setup.sh)")
+@pytest.mark.full  # ~80 s (the pi image): -m full; in CI pi runs in bubblewrap
+# (tests/forge/harnesses/test_pi.py)
+# and the react image in containers
 def test_pi_image_runs_its_pinned_version_without_host_mounts(docker_daemon, docker_images) -> None:
     client = client_for(docker_daemon.host)
     tag = builder.build_harness(client, "pi", progress=lambda m: None, base=docker_images["base"])

@@ -65,3 +65,47 @@ def test_react_episode_in_kubernetes_pods_oracle_1(ray_cluster, cluster, docker_
     [policy] = kube.objects("networking.k8s.io/v1/networkpolicies", NS).values()
     ports = [{"protocol": "TCP", "port": lo, "endPort": hi}]
     assert [rule["ports"] for rule in policy["spec"]["egress"]] == [ports]
+
+
+def test_each_phase_reaches_out_as_its_network_allows_in_pods(
+    ray_cluster, cluster, internet
+) -> None:
+    """Network by phase on the kubernetes backend: the agent phase's grant reaches the stand-in
+    internet through the HarnessPod's egress port (the second of proxy_ports, which the run's
+    NetworkPolicy opens), and the grant ends with the phase: the verifier's pod, granted
+    nothing, gets no way to the egress proxy. kmock's pods share the host's network, so what
+    this shows is the egress path and its keys; the NetworkPolicy that keeps a real pod off
+    every other address is checked as rendered (test_kubernetes_manifests.py)."""
+    from tests.forge.sandboxes.standin import FETCH, STAND_IN
+
+    ray = ray_cluster
+    kube, _ = cluster
+    url = f"http://{STAND_IN}:{internet}"
+    listed = {"mode": "allowlist", "cidrs": [f"{STAND_IN}/32"], "ports": [internet]}
+    sandbox = {
+        "backend": "kubernetes",
+        "kubernetes": {"api_url": kube.url, "namespace": NS, "agent_port": 18939,
+                       "pod_start_timeout_s": 60, "heartbeat_s": 5},
+        "network": {"agent": listed},
+    }  # fmt: skip
+    oracle = deploy_policy(PolicyConfig(engine={"name": "scripted"}, num_cpus=0.25), "k8s-net")
+    pod = (
+        ray.remote(HarnessPod)
+        .options(num_cpus=0.25)
+        .remote(oracle, pod_id="k8s-net", run=RUN, sandbox=sandbox)
+    )
+    ray.get(pod.start.remote())
+    task = {
+        "id": "fetch-both", "instruction": "Save what the URL says.", "files": {"fetch.py": FETCH},
+        "solution": [f"python3 fetch.py {url}/agent > got.txt"],
+        "verifier": {"type": "command", "cmd": "grep -q 'internet: /agent' got.txt && "
+                     'test -z "${http_proxy:-}${HTTPS_PROXY:-}${all_proxy:-}"'},
+    }  # fmt: skip
+    try:
+        ep = ray.get(pod.run_episode.remote(task, "react", episode_id="n"))
+    finally:
+        ray.get(pod.stop.remote())
+    assert ep.status == "ok", ep.harness_log
+    assert [(e["phase"], e["allowed"]) for e in ep.egress] == [("agent", True)], ep.egress
+    assert ep.reward == 1.0, ep.verifier_detail  # fetched by the agent; no proxy to verify
+    assert kube.objects("v1/pods", NS) == {}
