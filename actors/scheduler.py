@@ -52,6 +52,7 @@ from actors.harness_draw import HarnessDraw
 from actors.harness_pod import HarnessPod
 from actors.pod_pool import Pod, PodPool
 from forge.config import RunConfig
+from forge.config.harness_mix import weights
 from forge.observe import metrics
 from forge.types import Episode
 
@@ -86,11 +87,7 @@ class Scheduler:
         self.cursor = cursor  # tasks drawn so far (saved in checkpoints)
         cfg = self.config  # each group's harness, drawn from the mix (saved in checkpoints)
         self.draw = HarnessDraw(
-            cfg.harness if isinstance(cfg.harness, dict) else {cfg.harness: 1.0},
-            cfg.harness_mix,
-            cfg.harness_floor,
-            self.rollout.seed,
-            draw_state,
+            weights(cfg.harness), cfg.harness_mix, cfg.harness_floor, self.rollout.seed, draw_state
         )
         self._budget = 0
         self._pending: deque[Attempt] = deque()

@@ -93,23 +93,16 @@ def provenance(
     model: str,
     temperature: float | None,
 ) -> dict[str, Any]:
-    """The record; never raises (what could not be read is named under ``error``)."""
+    """The record; never raises (what could not be read is named under ``error``: a record of
+    what produced an episode never costs the episode)."""
     try:
-        return _provenance(key, harness, task, backend, image, turns, model, temperature)
-    except Exception as e:  # a record of what produced it never costs the episode
+        return _record(key, harness, task, backend, image, turns, model, temperature)
+    except Exception as e:
         return {"harness": key, "error": f"{type(e).__name__}: {e}"[:500]}
 
 
-def _provenance(
-    key: str,
-    harness: Any,
-    task: Any,
-    backend: str,
-    image: str,
-    turns: list[Turn],
-    model: str,
-    temperature: float | None,
-) -> dict[str, Any]:
+def _record(key: str, harness: Any, task: Any, *rest: Any) -> dict[str, Any]:
+    backend, image, turns, model, temperature = rest
     version, code = harness_identity(key, type(harness))
     versions = [t.policy_version for t in turns]
     return {

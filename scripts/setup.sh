@@ -115,7 +115,7 @@ fi
 
 # The vLLM engine's own environment (.venv-vllm): its transformers pin conflicts with verl's.
 if [ "${FORGE_SKIP_VLLM:-0}" = 1 ]; then
-  log "FORGE_SKIP_VLLM=1: vLLM environment not set up; its tests will skip"
+  log "FORGE_SKIP_VLLM=1: vLLM environment not set up (its tests: bash scripts/test.sh -m vllm)"
 else
   bash scripts/setup_vllm.sh || log "WARNING: the vLLM environment did not install; its tests will skip"
 fi

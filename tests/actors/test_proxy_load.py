@@ -204,6 +204,7 @@ def _round(ray: Any, pod: Any, url: str, tag: str) -> list[Any]:
     return ray.get([pod.close_attempt.remote(f"{tag}-{i}", 0) for i in range(SESSIONS)])
 
 
+@pytest.mark.full  # ~40 s: -m full; scripts/bench/proxy_load.py measures the same load
 def test_256_streaming_sessions_three_protocols_bounded_memory(ray_cluster):
     ray = ray_cluster
     config = PolicyConfig(engine={"name": "scripted"}, num_cpus=0.25, batch_wait_ms=0)

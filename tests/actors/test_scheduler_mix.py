@@ -13,27 +13,12 @@ from actors.scheduler import Scheduler
 from forge.config import PolicyConfig, RunConfig
 from serve.policy import deploy_policy
 from tests.actors.test_scheduler import _task
+from tests.forge.react_cli import react_cli
 
 pytestmark = pytest.mark.ray
-ROOT = Path(__file__).resolve().parents[2]
 # The react program run as a third-party CLI agent, but from /tmp: its commands write outside
 # the workspace, so the oracle's answer never lands (a policy failure in this harness only).
-ASTRAY = {
-    "name": "astray",
-    "protocol": "chat",
-    "mounts": {str(ROOT / "forge" / "harnesses" / "react_agent.py"): "/opt/agent/react_agent.py"},
-    "env": {
-        "OPENAI_BASE_URL": "{base_url}",
-        "OPENAI_API_KEY": "{api_key}",
-        "FORGE_MODEL": "{model}",
-    },
-    "command": [
-        "sh",
-        "-c",
-        'cd /tmp && exec python3 /opt/agent/react_agent.py "$0"',
-        "{instruction}",
-    ],
-}
+ASTRAY = react_cli("astray", cwd="/tmp")
 
 
 @pytest.fixture(scope="module")

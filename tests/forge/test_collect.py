@@ -69,6 +69,8 @@ def test_the_sft_schedule_warms_up_then_decays() -> None:
     assert 0 < lrs[-1] < 1e-5  # toward 0, never 0: the last update still counts
 
 
+@pytest.mark.full  # ~45 s: -m full; in CI collect then SFT make the student in
+# tests/forge/train/test_student.py, and forge sft's schedule is checked above
 def test_oracle_episodes_then_sft(ray_cluster: Any, tmp_path: Path) -> None:
     from forge.train.sft import load_set, student_turns, train
     from serve.models import build_byte_tokenizer, load_model
@@ -116,7 +118,7 @@ def test_oracle_episodes_then_sft(ray_cluster: Any, tmp_path: Path) -> None:
     assert state["step"] == 8
 
 
-@pytest.mark.full  # ~20 s: -m full; in CI the oracle as teacher (above)
+@pytest.mark.full  # ~20 s: -m full; in CI the oracle as teacher makes the student (test_student.py)
 def test_the_student_as_its_own_teacher(ray_cluster: Any, tmp_path: Path) -> None:
     """``--teacher self``: the config's own policy (here the untrained ``tiny``) plays; what it
     sampled is recorded with its own logprobs, and only attempts the verifier passes are kept."""
@@ -134,7 +136,7 @@ def test_the_student_as_its_own_teacher(ray_cluster: Any, tmp_path: Path) -> Non
     assert sampled and any(lp < 0 for lp in sampled)  # the student's sampling, not a script's
 
 
-@pytest.mark.full  # ~20 s: -m full; in CI the oracle as teacher (above)
+@pytest.mark.full  # ~20 s: -m full; in CI the oracle as teacher makes the student (test_student.py)
 def test_a_teacher_at_a_url(ray_cluster: Any, tmp_path: Path) -> None:
     """The teacher is this project's own server with the scripted engine playing one task's
     reference solution: the episode it leads, through the real harness, scores 1."""

@@ -12,24 +12,13 @@ import pytest
 import yaml
 
 from tests.chaos.runner import letters_suite
+from tests.forge.react_cli import react_cli
 from tests.forge.test_cli import FORGE, _env
 
 ROOT = Path(__file__).resolve().parents[2]
-# the react program as a third-party CLI agent (examples/command-harness.yaml), with no tools
-COMMAND = {
-    "name": "react-cli",
-    "protocol": "chat",
-    "mounts": {str(ROOT / "forge" / "harnesses" / "react_agent.py"): "/opt/agent/react_agent.py"},
-    "env": {
-        "OPENAI_BASE_URL": "{base_url}",
-        "OPENAI_API_KEY": "{api_key}",
-        "FORGE_MODEL": "{model}",
-        "FORGE_TOOLS": "",  # a plain chat, as the quickstart's react: the tiny model reads bytes
-        "FORGE_SYSTEM_PROMPT": "",
-    },
-    "command": ["python3", "/opt/agent/react_agent.py", "{instruction}"],
-    "answer": {"json_field": "final_answer"},
-}
+# the react program as a third-party CLI agent, as a plain chat like the quickstart's react (the
+# tiny model reads every byte of a prompt)
+COMMAND = react_cli("react-cli", FORGE_TOOLS="", FORGE_SYSTEM_PROMPT="")
 
 
 def _lines(path: Path) -> list[dict]:

@@ -24,6 +24,9 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
+@pytest.mark.full  # ~190-330 s: -m full (its numbers: docs/results/training.md); in CI the
+# whole stack trains every step (tests/forge/test_driver.py, test_driver_mix.py), an update
+# raises what it rewards (tests/actors/test_trainer.py) and forge serve answers (test_cli.py)
 def test_quickstart_learns_and_its_checkpoint_serves(tmp_path: Path) -> None:
     """The README's quickstart, 10 of its 16 steps (suite time): the reward rises by half, the
     policy versions rise with the steps, and the checkpoint serves sevens."""

@@ -92,6 +92,8 @@ def actions(episode: Any) -> list[dict[str, Any]]:
     return [json.loads(t.text)["action"] for t in episode.turns]
 
 
+@pytest.mark.full  # ~40-50 s: -m full; in CI browser-use's runner against an endpoint
+# (tests/forge/harnesses/test_browser_use.py) and the built-in browser harness's episodes
 def test_oracle_sends_the_text_through_browser_use_and_noop_does_not(ray_cluster) -> None:
     oracle = run(ray_cluster, "oracle")
     assert oracle.status == "ok", (oracle.failure, oracle.harness_log[-3000:])

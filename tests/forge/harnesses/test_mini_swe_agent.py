@@ -47,6 +47,8 @@ def test_final_answer_is_the_submission_line() -> None:
 @needs_mini
 @pytest.mark.slow
 @pytest.mark.ray
+@pytest.mark.full  # ~25-40 s: -m full; in CI the other CLI harnesses' real episodes
+# (nanobot, pi, codex) and mini-swe-agent's adapter (above)
 def test_real_mini_oracle_gets_1_and_noop_gets_0(ray_cluster) -> None:
     eps = oracle_and_noop(ray_cluster, "mini-swe-agent", "count_errors")
     good, bad = eps["oracle"], eps["noop"]

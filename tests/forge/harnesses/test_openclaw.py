@@ -55,6 +55,8 @@ def test_final_answer_reads_the_pretty_printed_report() -> None:
 @needs_openclaw
 @pytest.mark.slow
 @pytest.mark.ray
+@pytest.mark.full  # ~50-75 s (a 1.4 GB agent): -m full; in CI the other CLI harnesses'
+# real episodes and OpenClaw's adapter (above)
 def test_real_openclaw_oracle_gets_1_and_noop_gets_0(ray_cluster) -> None:
     eps = oracle_and_noop(ray_cluster, "openclaw", "hello_file")
     good, bad = eps["oracle"], eps["noop"]

@@ -76,6 +76,8 @@ def _records(run: Path) -> dict[str, dict[str, Any]]:
 @pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.browser
+@pytest.mark.full  # a forge eval of a GUI suite, ~30 s: -m full; in CI the GUI rates
+# on recorded episodes (above) and GUI episodes in tests/forge/harnesses/test_browser_episode.py
 def test_forge_eval_scores_a_gui_suite_and_keeps_the_screenshots(gui_run: Path) -> None:
     result = json.loads((gui_run / "eval.json").read_text())["harnesses"]["browser"]
     assert result["pass@1"] == 0.5 and result["failed_tasks"] == ["only_misclick"]
@@ -95,6 +97,7 @@ def test_forge_eval_scores_a_gui_suite_and_keeps_the_screenshots(gui_run: Path) 
 @pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.browser
+@pytest.mark.full  # the same evaluation: -m full
 def test_the_empty_click_is_counted_and_the_oracles_clicks_are_not(gui_run: Path) -> None:
     records = _records(gui_run)
     acts = {t: gui_behaviour(r)["actions"] for t, r in records.items()}
