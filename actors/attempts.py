@@ -66,6 +66,20 @@ class Attempt:
         return f"{self.group.group_id}-{self.slot}"
 
 
+def failed_record(attempt: Attempt, reason: str) -> Episode:
+    """The record of an attempt that produced no episode."""
+    return Episode(
+        episode_id=attempt.episode_id,
+        task_id=attempt.group.task.get("id", "?"),
+        attempt=attempt.number,
+        harness=attempt.group.harness,
+        reward=0.0,
+        status="failed",
+        failure=reason,
+        provenance={"harness": attempt.group.harness},
+    )
+
+
 def add(counts: dict[str, int], key: str, n: int = 1) -> None:
     counts[key] = counts.get(key, 0) + n
 

@@ -47,7 +47,8 @@ import uuid
 from collections import deque
 from typing import Any
 
-from actors.attempts import POD_SUSPECT, Attempt, Group, Ledger, Outbox, outcome
+from actors import scheduler_report as report
+from actors.attempts import POD_SUSPECT, Attempt, Group, Ledger, Outbox, failed_record, outcome
 from actors.harness_draw import HarnessDraw
 from actors.harness_pod import HarnessPod
 from actors.pod_pool import Pod, PodPool
@@ -145,59 +146,11 @@ class Scheduler:
         return [pod.actor for pod in self.pool.pods]
 
     def stats(self) -> dict[str, Any]:
-        return {
-            **self.counts,
-            **self.pool.counts,
-            "pods_failed_start": self.pool.failed_starts,
-            **self.ledger.reasons(),
-            "pods": len(self.pool.pods),
-            "queue": len(self._pending),
-            "in_flight": len(self._running) + len(self._replacing),
-            "budget": self._budget,
-            "groups_open": sum(1 for g in self._groups.values() if g.result is None),
-            "sampled_tokens": self.ledger.tokens,
-            "cursor": self.cursor,
-            "harness_shares": self.draw.shares(),
-            "by_harness": {
-                h: {k: dict(v) if isinstance(v, dict) else v for k, v in c.items()}
-                for h, c in self.ledger.by_harness.items()
-            },
-            "idle_s": time.monotonic() - self.last_progress,
-            "buffer_calls": self.outbox.calls,
-            "buffer_records_lost": self.outbox.lost,
-        }
+        return report.stats(self)
 
     def stall_report(self) -> str:
         """What collection is waiting for, for a driver that saw no progress for too long."""
-        now = time.monotonic()
-        lines = [
-            f"no attempt settled for {now - self.last_progress:.0f}s; "
-            f"{len(self._pending)} attempt(s) queued, {len(self._running)} in flight, "
-            f"{len(self.pool.pods)} pod(s) ({sum(p.busy for p in self.pool.pods)} busy), "
-            f"budget {self._budget} group(s)"
-        ]
-        running = sorted((a for a, _ in self._running.values()), key=lambda a: a.started)
-        for a in running[:10]:
-            lines.append(
-                f"  in flight: {a.episode_id} attempt {a.number} of task "
-                f"{a.group.task.get('id')} on {a.pod} for {now - a.started:.0f}s"
-            )
-        for g in list(self._groups.values())[:10]:
-            lines.append(
-                f"  open group {g.group_id} (task {g.task.get('id')}): "
-                f"{len(g.episodes)}/{g.size} done, {g.running} running"
-            )
-        if self.pool.failed_starts:
-            lines.append(
-                f"  {self.pool.failed_starts} pod start(s) failed; last: "
-                f"{self.pool.last_start_error}"
-            )
-        if self.last_loop_error:
-            lines.append(
-                f"  dispatch loop errors: {self.counts['loop_errors']}; last: "
-                f"{self.last_loop_error}"
-            )
-        return "\n".join(lines)
+        return report.stall_report(self)
 
     def draw_state(self) -> dict[str, Any]:
         """The harness draw's state, for a checkpoint (:class:`HarnessDraw`)."""
@@ -406,7 +359,7 @@ class Scheduler:
         if error is not None:
             log.warning("attempt %s/%s: %s: %r", attempt.episode_id, attempt.number, reason, error)
             if episode is None:  # the failure record says what raised
-                episode = self._failed(attempt, reason or "unknown")
+                episode = failed_record(attempt, reason or "unknown")
                 episode.failure_detail = f"{type(error).__name__}: {error}"[:2000]
         if reason in POD_SUSPECT:  # the pod leaves the pool first (rare: a task for it)
             task = asyncio.get_running_loop().create_task(
@@ -433,19 +386,6 @@ class Scheduler:
         attempt.group.running -= 1
         self._settle(attempt, episode, reason)
 
-    def _failed(self, attempt: Attempt, reason: str) -> Episode:
-        """The record of an attempt that produced no episode."""
-        return Episode(
-            episode_id=attempt.episode_id,
-            task_id=attempt.group.task.get("id", "?"),
-            attempt=attempt.number,
-            harness=attempt.group.harness,
-            reward=0.0,
-            status="failed",
-            failure=reason,
-            provenance={"harness": attempt.group.harness},
-        )
-
     def _settle(self, attempt: Attempt, episode: Episode | None, reason: str | None) -> None:
         if attempt.settled:  # never twice, whatever path reached here
             return
@@ -469,7 +409,7 @@ class Scheduler:
             group.episodes[slot] = episode
         else:
             reason = reason or "unknown"
-            record = episode or self._failed(attempt, reason)
+            record = episode or failed_record(attempt, reason)
             self.outbox.failure(record, group.group_id, reason)
             used = group.retries.get(slot, 0)
             if used < self.rollout.max_retries and group.dropped is None and not self._stopping:

@@ -34,10 +34,11 @@ PACKAGES = ("forge", "actors", "serve", "rewards", "tasks")
 MAX_LINES = 400
 # Modules allowed over MAX_LINES, each with the reason it is not split.
 LONG_MODULES: dict[str, str] = {
-    "actors/scheduler.py": "one actor class (515 lines, 40 of them the invariants it keeps) "
+    "actors/scheduler.py": "one actor class (447 lines, 40 of them the invariants it keeps) "
     "whose dispatch loop and settle path share its queue, in-flight calls and groups; what "
     "stands apart is already out (actors.attempts: groups, attempts, ledger, outbox; "
-    "actors.pod_pool: the pods); splitting the class would take a mixin over shared state",
+    "actors.scheduler_report: its counts and stall report; actors.pod_pool: the pods); "
+    "splitting the class would take a mixin over shared state",
 }
 
 # Bottom to top. A module's floor is that of the longest pattern naming it: ``x.*`` is package x
