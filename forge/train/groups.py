@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from forge.config import TrainerConfig
+from forge.observe.fidelity import wire_fidelity
 from forge.train.batching import MicroBatch
 from forge.train.grpo import group_advantages
 from forge.train.logprobs import GapStats
@@ -73,7 +74,7 @@ def by_harness(groups: list[list[Episode]]) -> dict[str, dict[str, float]]:
     """The batch's groups split by the harness they played in (each group is in one):
     ``groups``, ``episodes``, ``reward_mean``, ``pass_rate``, ``turns_mean``,
     ``tokens_sampled`` and ``truncated`` per harness; episode-weighted, so they add up to the
-    batch's."""
+    batch's. With several harnesses, ``wire``: each one's token-fidelity shares."""
     split: dict[str, list[Episode]] = {}
     counts: dict[str, int] = {}
     for group in groups:
@@ -93,6 +94,9 @@ def by_harness(groups: list[list[Episode]]) -> dict[str, dict[str, float]]:
             "tokens_sampled": float(sum(len(t.completion_ids) for e in eps for t in e.turns)),
             "truncated": float(sum(1 for e in eps if e.truncated)),
         }
+        if len(split) > 1:  # a mix: what each harness does on the wire (forge/observe/fidelity.py)
+            wire = wire_fidelity(eps)
+            out[name]["wire"] = {k: float(v) for k, v in wire.items() if v is not None}
     return out
 
 
