@@ -24,6 +24,15 @@ pytestmark = [pytest.mark.k8s, pytest.mark.docker, pytest.mark.ray, pytest.mark.
 NS, RUN = "episode", "kube-episode"
 
 
+def kube_sandbox(kube: KMock) -> dict:
+    """The sandbox section of a run on the emulated cluster."""
+    return {
+        "backend": "kubernetes",
+        "kubernetes": {"api_url": kube.url, "namespace": NS, "agent_port": 18939,
+                       "pod_start_timeout_s": 60, "heartbeat_s": 5},
+    }  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def cluster(docker_daemon, docker_images) -> Iterator[tuple[KMock, DockerKubelet]]:
     with emulated_cluster(docker_daemon.host, NS) as running:
@@ -33,11 +42,7 @@ def cluster(docker_daemon, docker_images) -> Iterator[tuple[KMock, DockerKubelet
 def test_react_episode_in_kubernetes_pods_oracle_1(ray_cluster, cluster, docker_images) -> None:
     ray = ray_cluster
     kube, _ = cluster
-    sandbox = {
-        "backend": "kubernetes",
-        "kubernetes": {"api_url": kube.url, "namespace": NS, "agent_port": 18939,
-                       "pod_start_timeout_s": 60, "heartbeat_s": 5},
-    }  # fmt: skip
+    sandbox = kube_sandbox(kube)
     check_isolation(SandboxConfig.model_validate(sandbox), ProxyConfig())
     oracle = deploy_policy(PolicyConfig(engine={"name": "scripted"}, num_cpus=0.25), "k8s-oracle")
     pod = (
@@ -82,12 +87,7 @@ def test_each_phase_reaches_out_as_its_network_allows_in_pods(
     kube, _ = cluster
     url = f"http://{STAND_IN}:{internet}"
     listed = {"mode": "allowlist", "cidrs": [f"{STAND_IN}/32"], "ports": [internet]}
-    sandbox = {
-        "backend": "kubernetes",
-        "kubernetes": {"api_url": kube.url, "namespace": NS, "agent_port": 18939,
-                       "pod_start_timeout_s": 60, "heartbeat_s": 5},
-        "network": {"agent": listed},
-    }  # fmt: skip
+    sandbox = {**kube_sandbox(kube), "network": {"agent": listed}}
     oracle = deploy_policy(PolicyConfig(engine={"name": "scripted"}, num_cpus=0.25), "k8s-net")
     pod = (
         ray.remote(HarnessPod)
