@@ -99,7 +99,7 @@ class Run:
         self.eval_tasks = load_tasks(config.eval_tasks or config.tasks, [], skipped)
         say = lambda m: print(f"[forge] {m}", flush=True)  # noqa: E731
         self.tasks, self.eval_tasks = playable(
-            [self.tasks, self.eval_tasks], config, skipped, self.dir, say
+            [self.tasks, self.eval_tasks], config, skipped, self.dir, say, config.eval_harness_list
         )
         shims = [t["id"] for t in self.tasks if open_to_shims(t)]
         if shims:

@@ -32,6 +32,7 @@ from forge.config.network import PhaseNetwork, phase_network
 from forge.harnesses.app_tools import app_env, app_extra, app_mounts, cli_hint, services_via
 from forge.harnesses.base import AttemptContext
 from forge.harnesses.registry import get_harness
+from forge.harnesses.task_tools import skills_hint, takes_skills, task_extra
 from forge.outcome import SANDBOX_SLACK_S, classify_end, harness_cap_s
 from forge.provenance import provenance
 from forge.sandboxes import services
@@ -207,13 +208,14 @@ async def run_attempt(
             api_key=info["api_key"],
             model=pod.model,
             instruction=task.instruction
-            + (cli_hint(task) if task.apps and services_via(harness) == "cli" else ""),
+            + (cli_hint(task) if task.apps and services_via(harness) == "cli" else "")
+            + ("" if takes_skills(harness) else skills_hint(task)),
             workspace=sandbox.workspace,
             max_turns=task.limits.max_turns,
             timeout_s=task.limits.timeout_s,
             path_var=sandbox.default_path(),
             paths=sandbox.path_map(),
-            extra={**services.gui_extra(task), **app_extra(task)},
+            extra={**services.gui_extra(task), **app_extra(task), **task_extra(task)},
         )
         for path, content in harness.files(ctx).items():
             sandbox.put_file(path, content)

@@ -303,7 +303,12 @@ def evaluate(config: RunConfig, agents: list[Agent], k: int, out: Path) -> dict[
     skipped: list[Problem] = []  # tasks that cannot play: said, recorded, left out
     say = lambda m: print(f"[forge] {m}", flush=True)  # noqa: E731
     [tasks] = playable(
-        [load_tasks(config.tasks, config.task_ids, skipped)], config, skipped, out, say
+        [load_tasks(config.tasks, config.task_ids, skipped)],
+        config,
+        skipped,
+        out,
+        say,
+        [a.harness for a in agents],
     )
     init_ray(
         num_cpus=max(os.cpu_count() or 1, *(r.cpus_needed(trainer=False) for r in runs.values()))

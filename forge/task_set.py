@@ -3,8 +3,9 @@
 left out and said, never silently and never by stopping the rest (issue 32).
 
 A task is left out when its folder of a third-party set (``harbor:PATH``) cannot load (the
-file and field at fault), its image cannot be had (the build's last lines), or the policy is the
-scripted oracle and the task has no reference solution. Each is printed
+file and field at fault), its image cannot be had (the build's last lines), one of the run's
+harnesses cannot offer its MCP servers, or the policy is the scripted oracle and the task has no
+reference solution. Each is printed
 and kept in ``skipped_tasks.jsonl`` beside the run's episodes; a suite of which nothing is left
 stops with every reason.
 """
@@ -16,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from forge.harnesses.registry import HARNESSES
+from forge.harnesses.task_tools import mcp_refusal
 from forge.images.task import prepare as prepare_task_images
 from forge.outcome import check_attempt_timeout
 from tasks.errors import TaskError
@@ -41,13 +44,14 @@ def playable(
     skipped: list[Problem],
     folder: Path,
     say: Callable[[str], None],
+    harnesses: tuple[str, ...] | list[str] = (),
 ) -> list[list[dict[str, Any]]]:
     """Each group of tasks (a run's training and evaluation sets) with ``config.task_limits``
     laid over their limits and ``config.harbor_verify`` over their Harbor tests' mode, the
     attempt's time checked against them (a ConfigError names the field), their images built; a
     task whose image cannot be had joins ``skipped``. What was skipped is written to
     ``folder/skipped_tasks.jsonl`` and said; a group left empty raises TaskError with every
-    reason."""
+    reason. ``harnesses``: those the tasks are played through."""
     every = [t for group in groups for t in group]
     for t in every:
         t["limits"].update(config.task_limits)
@@ -62,7 +66,15 @@ def playable(
             for t in unique
             if not t.get("solution") and not t.get("answer")
         )
-    skipped.extend(prepare_task_images(unique, config.sandbox, say))
+    skipped.extend(
+        (t["id"], "environment.mcp_servers", why)
+        for t in unique
+        if (why := _mcp_refusal(t, harnesses))
+    )
+    out = {why[0] for why in skipped}  # no image is built for a task already left out
+    skipped.extend(
+        prepare_task_images([t for t in unique if t["id"] not in out], config.sandbox, say)
+    )
     gone = {why[0] for why in skipped}
     kept = [[t for t in group if t["id"] not in gone] for group in groups]
     if skipped:
@@ -70,6 +82,14 @@ def playable(
     if any(group and not left for group, left in zip(groups, kept, strict=True)):
         raise TaskError(skipped)
     return kept
+
+
+def _mcp_refusal(task: dict[str, Any], harnesses: tuple[str, ...] | list[str]) -> str | None:
+    for name in harnesses:
+        why = mcp_refusal(name, HARNESSES[name], task) if name in HARNESSES else None
+        if why:
+            return why
+    return None
 
 
 def record_skipped(skipped: list[Problem], folder: Path, say: Callable[[str], None]) -> None:

@@ -42,10 +42,12 @@ RUNS_AGENT_CODE = "tests_run_agent_code"  # task.toml [metadata]: the tests run 
 RUNS_AGENT_CODE_TAG = "tests-run-agent-code"
 # task.toml fields OpenForge does not run yet: a task that sets one is left out, naming it
 UNSUPPORTED = {
-    "environment.skills_dir": "skills are not wired into the harnesses yet",
-    "environment.mcp_servers": "a task's MCP servers are not wired into the harnesses yet",
     "verifier.environment": "a verifier image of its own is not supported",
 }
+HEADERS = (
+    "an MCP server's headers take credentials from the host's environment, which never enters "
+    "a sandbox: not supported"
+)
 _CANARY = re.compile(r"^(<!--.*canary.*-->|#.*canary.*)$", re.IGNORECASE)
 
 
@@ -183,7 +185,16 @@ def load_task(folder: Path) -> Task:
         "image": env_cfg.docker_image,
         "agent_user": _user(config.agent.user),
         "healthcheck": _healthcheck(env_cfg.healthcheck),
+        "skills_dir": env_cfg.skills_dir,
+        "mcp_servers": [s.model_dump(exclude={"headers"}) for s in env_cfg.mcp_servers],
     }
+    problems.extend(
+        (str(folder / CONFIG), f"environment.mcp_servers[{i}].headers", HEADERS)
+        for i, server in enumerate(env_cfg.mcp_servers)
+        if server.headers
+    )
+    if problems:
+        raise TaskError(problems)
     runs_agent_code = config.metadata.get(RUNS_AGENT_CODE, True)
     if not isinstance(runs_agent_code, bool):
         problems.append(
@@ -242,7 +253,7 @@ def _get(config: Any, dotted: str) -> Any:
 
 
 def _healthcheck(check: Any) -> dict[str, Any] | None:
-    """task.toml's ``[environment.healthcheck]`` as :class:`tasks.schema.Healthcheck` data."""
+    """task.toml's ``[environment.healthcheck]`` as :class:`tasks.environment.Healthcheck` data."""
     if check is None:
         return None
     return {

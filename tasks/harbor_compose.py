@@ -125,7 +125,7 @@ def _service(name: str, spec: dict[str, Any], folder: Path) -> dict[str, Any]:
 
 
 def read_compose(path: Path) -> tuple[dict[str, str], list[dict[str, Any]]]:
-    """``(main's environment, the other services as tasks.schema.ComposeService data)`` of a
+    """``(main's environment, the other services as tasks.environment.ComposeService data)`` of a
     Harbor ``docker-compose.yaml``; ComposeError naming the key that cannot run here."""
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}

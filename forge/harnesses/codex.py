@@ -5,8 +5,10 @@ model provider whose ``base_url`` is the attempt's proxy URL (``wire_api = "resp
 read from ``FORGE_API_KEY``), approvals off and Codex's own sandbox off (the sandbox is ours), and
 run ``codex exec --json --ephemeral``. Its stdout is JSON events; the last ``agent_message``
 item is the final answer. A task's services are Codex MCP servers (``[mcp_servers.NAME]``,
-stdio: ``forge.harnesses.app_tools``). Codex offers non-function tools (``custom`` free-text tools,
-``namespace`` groups, ``web_search``); the proxy maps them to function tools and back.
+stdio: ``forge.harnesses.app_tools``), and so are a task's own (stdio or streamable HTTP); a
+task's skills folder is copied into ``$CODEX_HOME/skills``, where Codex looks. Codex offers
+non-function tools (``custom`` free-text tools, ``namespace`` groups, ``web_search``); the proxy
+maps them to function tools and back.
 
 Reproducibility: HOME, CODEX_HOME, the workspace path and TZ are fixed by the sandbox; Codex's
 environment context also carries the current date, which cannot be pinned without faking time,
@@ -20,6 +22,7 @@ import json
 from forge.harnesses.app_tools import mcp_servers
 from forge.harnesses.base import AttemptContext, last_json, string_field
 from forge.harnesses.install import PACKAGES
+from forge.harnesses.task_tools import servers, skills_dir
 from forge.sandboxes.base import ExecResult
 from forge.sandboxes.bwrap import HOME
 
@@ -57,13 +60,27 @@ def _mcp_tables(ctx: AttemptContext) -> str:
             f"env = {{ {env} }}",
             "",
         ]
+    for server in servers(ctx):  # the task's own
+        lines.append(f"[mcp_servers.{server['name']}]")
+        if server["transport"] == "stdio":
+            lines.append(f"command = {_toml_string(server['command'])}")
+            lines.append(f"args = [{', '.join(map(_toml_string, server['args']))}]")
+        else:
+            lines.append(f"url = {_toml_string(server['url'])}")
+        lines.append("")
     return "\n".join(lines)
+
+
+# $1: Codex's skills folder, $2: the task's; then Codex's command line
+COPY_SKILLS = 'mkdir -p "$1" && cp -R "$2"/. "$1"/ && shift 2 && exec "$@"'
 
 
 class CodexHarness:
     name = "codex"
     protocol = "responses"
     services_via = "mcp"
+    takes_skills = True
+    mcp_transports = ("stdio", "streamable-http")
 
     def __init__(self, instructions: str | None = None, lean: bool = False) -> None:
         """For models whose context cannot hold Codex's prompt (~39k characters):
@@ -114,7 +131,10 @@ class CodexHarness:
         return {"CODEX_HOME": ctx.path(CODEX_HOME), KEY_ENV: ctx.api_key, "NO_COLOR": "1"}
 
     def command(self, ctx: AttemptContext) -> list[str]:
+        task_skills = skills_dir(ctx)
+        copy = ["/bin/sh", "-c", COPY_SKILLS, "sh", ctx.path(f"{CODEX_HOME}/skills")]
         return [
+            *([*copy, ctx.path(task_skills)] if task_skills else []),
             ctx.path(f"{MOUNT}/{self.package.entry}"),
             "exec",
             "--dangerously-bypass-approvals-and-sandbox",

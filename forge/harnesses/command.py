@@ -15,8 +15,11 @@ placeholders, replaced per attempt (any other braces are left alone, so JSON sta
     {timeout_s}           the task's time limit in seconds (an integer when whole)
     {path}                the sandbox's default PATH, e.g. env: {PATH: "/opt/a/bin:{path}"}
     {mcp_servers}         the task's services as MCP servers, a JSON object: name -> {command,
-                          args, env} (stdio) and {url, headers} (streamable HTTP); {} if none
-    {skills_dir}          a folder with a SKILL.md for each of the task's services (their
+                          args, env} (stdio) and {url, headers} (streamable HTTP), and the
+                          task's own MCP servers (name -> {transport, url} or {transport,
+                          command, args}); {} if none
+    {skills_dir}          the task's own skills folder when it has one (Harbor's skills_dir),
+                          else a folder with a SKILL.md for each of the task's services (their
                           command-line tools, which are on PATH)
 
 Example (``examples/command-harness.yaml`` runs the built-in ReAct program this way)::
@@ -54,8 +57,10 @@ from typing import Any
 from forge.harnesses.app_tools import SKILLS_DIR, mcp_servers, skills
 from forge.harnesses.base import AttemptContext
 from forge.harnesses.command_answer import AnswerSpec, sandbox_path_problem
+from forge.harnesses.task_tools import servers, skills_dir
 from forge.sandboxes.base import ExecResult
 from forge.sandboxes.bwrap import HOME
+from tasks.mcp import TRANSPORTS
 
 PLACEHOLDER = re.compile(
     r"\{(base_url|anthropic_base_url|api_key|model|instruction|workspace|home|max_turns"
@@ -67,6 +72,11 @@ NOT_READ = object()  # final_answer was not handed the answer file
 
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _own_servers(ctx: AttemptContext) -> dict[str, dict[str, Any]]:
+    """The task's own MCP servers, by name, without their name."""
+    return {s["name"]: {k: v for k, v in s.items() if k != "name" and v} for s in servers(ctx)}
 
 
 def fill(template: str, ctx: AttemptContext) -> str:
@@ -82,8 +92,8 @@ def fill(template: str, ctx: AttemptContext) -> str:
         "max_turns": str(ctx.max_turns),
         "timeout_s": _number(ctx.timeout_s),
         "path": ctx.path_var,
-        "mcp_servers": json.dumps(mcp_servers(ctx)),
-        "skills_dir": ctx.path(SKILLS_DIR),
+        "mcp_servers": json.dumps({**mcp_servers(ctx), **_own_servers(ctx)}),
+        "skills_dir": ctx.path(skills_dir(ctx) or SKILLS_DIR),
     }
     return PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
 
@@ -159,6 +169,8 @@ def _strings(option: str, value: Any) -> dict[str, str]:
 
 class CommandHarness:
     source = "any CLI agent described in harness_options"
+    takes_skills = True  # {skills_dir}
+    mcp_transports = TRANSPORTS  # {mcp_servers}
 
     def __init__(
         self,

@@ -28,6 +28,7 @@ from urllib.parse import urlparse
 from forge.harnesses.app_tools import SERVICE_ENV, mcp_servers
 from forge.harnesses.base import AttemptContext, last_json, string_field
 from forge.harnesses.install import PACKAGES
+from forge.harnesses.task_tools import servers
 from forge.sandboxes.base import ExecResult
 from forge.sandboxes.bwrap import HOME
 from tasks.services import BIN
@@ -88,10 +89,19 @@ def _proxy_network(ctx: AttemptContext) -> list[str]:
         return []
 
 
+def _task_server(server: dict) -> dict[str, object]:
+    """A task's MCP server (:mod:`tasks.mcp`) in nanobot's ``mcpServers`` form."""
+    if server["transport"] == "stdio":
+        return {"type": "stdio", "command": server["command"], "args": server["args"]}
+    kind = "sse" if server["transport"] == "sse" else "streamableHttp"
+    return {"type": kind, "url": server["url"]}
+
+
 class NanobotHarness:
     name = "nanobot"
     protocol = "chat"
     services_via = "mcp"
+    mcp_transports = ("stdio", "sse", "streamable-http")
 
     def __init__(self, max_tokens: int = 1024, context_window: int = 131072) -> None:
         if max_tokens < 1 or context_window < max_tokens:
@@ -118,18 +128,21 @@ class NanobotHarness:
                 }
             },
         }
-        servers = {
+        offered = {
             name: {"type": "streamableHttp", "url": s["url"], "headers": s["headers"]}
             for name, s in mcp_servers(ctx).items()
         }
-        if servers:  # a task's services, over MCP's streamable HTTP at the attempt's URL
-            config["tools"] = {
-                "mcpServers": servers,
+        tools: dict[str, object] = {}
+        if offered:  # a task's services, over MCP's streamable HTTP at the attempt's URL
+            tools = {
                 # nanobot refuses private addresses (SSRF), the proxy's included: allow it alone
                 "ssrfWhitelist": _proxy_network(ctx),
                 # its exec tool builds its own environment: the services' commands and keys
                 "exec": {"pathPrepend": ctx.path(BIN), "allowedEnvKeys": list(SERVICE_ENV)},
             }
+        own = {s["name"]: _task_server(s) for s in servers(ctx)}  # the task's own MCP servers
+        if offered or own:
+            config["tools"] = {"mcpServers": {**offered, **own}, **tools}
         return {CONFIG: json.dumps(config, indent=1)}
 
     def env(self, ctx: AttemptContext) -> dict[str, str]:

@@ -25,6 +25,7 @@ from typing import Any
 from forge.harnesses.app_tools import SKILLS_DIR, offered, skills
 from forge.harnesses.base import AttemptContext, string_field
 from forge.harnesses.install import NODE_BIN, PACKAGES
+from forge.harnesses.task_tools import skills_dir
 from forge.sandboxes.base import ExecResult
 from forge.sandboxes.bwrap import HOME
 
@@ -38,6 +39,7 @@ class OpenClawHarness:
     name = "openclaw"
     protocol = "chat"
     services_via = "skill"
+    takes_skills = True  # a task's skills folder: one more of skills.load.extraDirs
 
     def __init__(
         self, max_tokens: int = 1024, context_window: int = 131072, tool_search: bool = False
@@ -73,8 +75,10 @@ class OpenClawHarness:
             "agents": {"defaults": {"model": {"primary": f"{PROVIDER}/{ctx.model}"}}},
             "tools": {"toolSearch": self.tool_search},
         }
-        if offered(ctx):  # a task's services, as skills (their command-line tools)
-            config["skills"] = {"load": {"extraDirs": [ctx.path(SKILLS_DIR)]}}
+        dirs = [SKILLS_DIR] if offered(ctx) else []  # a task's services, as skills (their CLIs)
+        dirs += [task_skills] if (task_skills := skills_dir(ctx)) else []  # its own skills
+        if dirs:
+            config["skills"] = {"load": {"extraDirs": [ctx.path(d) for d in dirs]}}
         return config
 
     def files(self, ctx: AttemptContext) -> dict[str, str]:

@@ -23,6 +23,7 @@ import json
 from forge.harnesses.app_tools import SKILLS_DIR, offered, skills
 from forge.harnesses.base import AttemptContext, last_json
 from forge.harnesses.install import NODE_BIN, PACKAGES
+from forge.harnesses.task_tools import skills_dir
 from forge.sandboxes.base import ExecResult
 from forge.sandboxes.bwrap import HOME
 
@@ -34,6 +35,7 @@ class PiHarness:
     name = "pi"
     protocol = "chat"
     services_via = "skill"
+    takes_skills = True  # a task's skills folder: --skill DIR (pi finds each SKILL.md under it)
 
     def __init__(
         self,
@@ -93,6 +95,7 @@ class PiHarness:
             *(["--system-prompt", self.system_prompt] if self.system_prompt is not None else []),
             *(["--tools", ",".join(self.tools)] if self.tools is not None else []),
             *[a for name in offered(ctx) for a in ("--skill", ctx.path(f"{SKILLS_DIR}/{name}"))],
+            *(["--skill", ctx.path(task_skills)] if (task_skills := skills_dir(ctx)) else []),
             "-p",
             ctx.instruction,
         ]

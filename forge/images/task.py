@@ -1,4 +1,4 @@
-"""Images of tasks that bring their own Dockerfile (Harbor tasks: ``tasks.schema.Environment``).
+"""Images of tasks that bring their own Dockerfile (Harbor tasks: ``tasks.environment``).
 
 No image registry is reachable from where OpenForge is built, so nothing is pulled: a ``FROM``
 image resolves through an alias map (``sandbox.image_aliases``: a glob pattern -> a local tag,
@@ -96,7 +96,7 @@ def _prebuilt(
 
 
 def plan(env: dict[str, Any], aliases: dict[str, str], client: Any = None) -> tuple[str, str, str]:
-    """``(tag, dockerfile, note)`` of the task image of ``env`` (a ``tasks.schema.Environment``
+    """``(tag, dockerfile, note)`` of the task image of ``env`` (a ``tasks.environment.Environment``
     as data): its prebuilt image (``image``) when the daemon has it or an alias maps it, else
     its Dockerfile built (``note`` says so); TaskImageError when the Dockerfile cannot be read
     or an image it names cannot be had."""

@@ -33,7 +33,7 @@ class SandboxSpec:
     ``127.0.0.1:proxy_port`` inside an isolated network namespace; ``proxy_tcp`` (``host:port``)
     is the proxy's TCP address, used where no isolation is available (the sandbox then shares
     the host network) or relayed through a private Unix socket where it is. ``environment``:
-    a task's own image (a :class:`tasks.schema.Environment` as data: build context, Dockerfile,
+    a task's own image (a :class:`tasks.environment.Environment` as data: build context, Dockerfile,
     workdir), for the backends that can build it (docker); its workdir is the workspace.
     """
 

@@ -58,7 +58,7 @@ def start_entrypoint(sandbox: Any, entrypoint: list[str]) -> int | None:
 
 
 def docker_healthcheck(check: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A :class:`tasks.schema.Healthcheck` as the Docker API's ``Healthcheck`` (None: the
+    """A :class:`tasks.environment.Healthcheck` as the Docker API's ``Healthcheck`` (None: the
     image's own, if any)."""
     if not check:
         return None

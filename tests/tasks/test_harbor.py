@@ -26,6 +26,7 @@ def test_the_example_tasks_load_with_their_image_workdir_tests_and_oracle():
         "install-tool",
         "port-config",
         "service-token",
+        "skill-greeting",
     ]
     csv = tasks["csv-total"]
     assert csv.instruction.startswith("The file `/app/sales.csv`")  # the canary line dropped
@@ -137,15 +138,12 @@ def test_task_toml_fields_are_honoured_or_refused_by_name(tmp_path: Path):
     assert task.verifier["in_place"] is False  # sealed: a fresh container
     assert task.environment.healthcheck.command == "test -e /tmp/up"
     assert task.environment.healthcheck.retries == 7
-    two = _copy(tmp_path, to="skills")
-    text = (
-        (two / "task.toml")
-        .read_text()
-        .replace("[environment]\n", '[environment]\nskills_dir = "/skills"\n')
-    )
+    two = _copy(tmp_path, to="verifier-image")
+    text = (two / "task.toml").read_text() + "\n[verifier.environment]\ncpus = 1\n"
     (two / "task.toml").write_text(text)
-    with pytest.raises(TaskError, match=r"environment\.skills_dir: skills are not wired"):
+    with pytest.raises(TaskError, match=r"verifier\.environment: a verifier image of its own"):
         load_suite(f"harbor:{two}")
+    # skills_dir and mcp_servers are honoured: tests/forge/harnesses/test_task_tools.py
 
 
 def test_in_place_after_a_root_agent_is_named_open_to_shims():

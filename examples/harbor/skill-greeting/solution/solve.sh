@@ -1,0 +1,2 @@
+#!/bin/bash
+echo 'Ahoy from the forge crew!' > /app/greeting.txt
