@@ -40,6 +40,7 @@ from forge.sandboxes.base import ExecResult, SandboxSpec
 from forge.sandboxes.egress import EgressProxy, proxy_env
 from forge.sandboxes.registry import sandbox_for
 from forge.trajectory import assemble
+from forge.transcript import build as build_transcript
 from forge.types import Episode
 from rewards.runner import VerifierNetwork, run_verifier, verifier_seconds, verifies_in_place
 from tasks.schema import Task
@@ -269,7 +270,15 @@ async def run_attempt(
                 pod.egress_socket if egress["verify"] else None,
             )
             verdict = await asyncio.to_thread(
-                run_verifier, task, sandbox, answer, new_sandbox, labels, apps=apps, network=out
+                run_verifier,
+                task,
+                sandbox,
+                answer,
+                new_sandbox,
+                labels,
+                apps=apps,
+                network=out,
+                transcript=build_transcript(state.turns, answer),  # as the proxy recorded it
             )
             reward, detail, outputs = verdict.reward, verdict.detail, verdict.outputs
     except Exception as e:

@@ -9,6 +9,7 @@ split by it (``forge analyze --by KEY``):
     sandbox            the backend (local, docker, kubernetes); ``image``: its image, if any
     task_version       a digest of the task as loaded (instruction, files, verifier, limits)
     verifier           the verifier's type
+    rubric_hash        a digest of its judge rubrics, when a judge scores it
     policy_versions    the first and last policy version that sampled a turn
     model              the Policy's model; ``temperature`` and ``max_tokens_per_turn``
 
@@ -29,7 +30,7 @@ from forge.types import Turn
 KEYS = (
     "harness", "harness_name", "harness_version", "harness_digest", "prompt_hash", "sandbox",
     "image", "task_version", "verifier", "policy_versions", "model", "temperature",
-    "max_tokens_per_turn",
+    "max_tokens_per_turn", "rubric_hash",
 )  # fmt: skip
 
 
@@ -72,6 +73,17 @@ def prompt_hash(turns: list[Turn]) -> str:
     ]
     extra = request.get("system") or request.get("instructions")  # Anthropic, Responses
     return digest({"system": [*system, extra] if extra else system, "tools": request.get("tools")})
+
+
+def rubrics(verifier: Any) -> list[str]:
+    """The rubrics of the judges in a verifier spec (weighted parts and lists included)."""
+    if isinstance(verifier, list):
+        return [r for v in verifier for r in rubrics(v)]
+    if not isinstance(verifier, dict):
+        return []
+    if verifier.get("type") == "judge":
+        return [str(verifier.get("rubric", ""))]
+    return [r for part in verifier.get("parts") or [] for r in rubrics(part.get("verifier"))]
 
 
 def verifier_kind(verifier: Any) -> str:
@@ -119,4 +131,5 @@ def _record(key: str, harness: Any, task: Any, *rest: Any) -> dict[str, Any]:
         "model": model,
         "temperature": temperature,
         "max_tokens_per_turn": task.limits.max_tokens_per_turn,
+        **({"rubric_hash": digest(judged)} if (judged := rubrics(task.verifier)) else {}),
     }

@@ -84,6 +84,32 @@ class AllOf:
         return Verdict(reward=reward, detail=detail, outputs=outputs)
 
 
+class Weighted:
+    """Hybrid scoring: the weighted mean of its parts' rewards (``{type: weighted, parts:
+    [{weight: 0.4, verifier: {...}}, {weight: 0.6, verifier: {type: judge, ...}}]}``), as a
+    benchmark weighs its rule checks and its judge. Weights are normalised to sum to 1."""
+
+    kind = "weighted"
+
+    def __init__(self, verifiers: list[Verifier], weights: list[float]) -> None:
+        if not verifiers or len(verifiers) != len(weights) or min(weights) < 0 or not sum(weights):
+            raise ValueError("weighted needs parts with weights >= 0 that do not sum to 0")
+        self.verifiers = verifiers
+        self.weights = [w / sum(weights) for w in weights]
+
+    def verify(self, sandbox: Sandbox, final_answer: str | None) -> Verdict:
+        return self.combine([v.verify(sandbox, final_answer) for v in self.verifiers])
+
+    def combine(self, verdicts: list[Verdict]) -> Verdict:
+        reward = sum(w * v.reward for w, v in zip(self.weights, verdicts, strict=True))
+        detail = "; ".join(
+            f"[{i}] {w:.2f} x {v.reward:g}: {v.detail}"
+            for i, (w, v) in enumerate(zip(self.weights, verdicts, strict=True))
+        )
+        outputs = {f"[{i}] {k}": t for i, v in enumerate(verdicts) for k, t in v.outputs.items()}
+        return Verdict(reward=reward, detail=detail, outputs=outputs)
+
+
 def read_text(sandbox: Sandbox, path: str) -> tuple[str | None, str]:
     """The text of a sandbox file, or ``None`` and why not (missing, unreadable, a directory).
 

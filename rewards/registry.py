@@ -27,11 +27,13 @@ from rewards.answer import AnswerChars, AnswerEquals, AnswerRegex
 from rewards.app_state import AppState
 from rewards.base import Verdict, Verifier, VerifierSpec
 from rewards.command import Command
-from rewards.common import AllOf, SpecError, VerifierModel, join_field
+from rewards.common import AllOf, SpecError, VerifierModel, Weighted, join_field
 from rewards.files import FileAbsent, FileEquals, FileExists, FileRegex
 from rewards.harbor_tests import HarborTests
 from rewards.json_check import JsonField
+from rewards.judge import Judge
 from rewards.page_state import PageState
+from rewards.transcript_check import TranscriptCheck
 
 VERIFIERS: dict[str, type[VerifierModel]] = {
     cls.kind: cls
@@ -48,6 +50,8 @@ VERIFIERS: dict[str, type[VerifierModel]] = {
         AnswerEquals,
         AnswerRegex,
         AnswerChars,
+        TranscriptCheck,
+        Judge,
     )
 }
 
@@ -68,10 +72,38 @@ def _pydantic_errors(kind: str, cls: type[VerifierModel], err: ValidationError) 
     return SpecError(errors)
 
 
-def _build_one(spec: Any) -> VerifierModel:
+def _build_weighted(spec: dict[str, Any]) -> Weighted:
+    parts = spec.get("parts")
+    if set(spec) - {"type", "parts"}:
+        raise SpecError([("", "unknown field for weighted (fields: parts)")])
+    if not isinstance(parts, list) or not parts:
+        raise SpecError([("parts", "a list of {weight, verifier} (at least one)")])
+    verifiers: list[Verifier] = []
+    weights: list[float] = []
+    errors: list[tuple[str, str]] = []
+    for i, part in enumerate(parts):
+        weight = part.get("weight") if isinstance(part, dict) else None
+        if not isinstance(weight, int | float) or isinstance(weight, bool) or weight < 0:
+            errors.append((f"parts[{i}].weight", "a number >= 0"))
+            continue
+        try:
+            verifiers.append(build_verifier(part.get("verifier")))
+            weights.append(float(weight))
+        except SpecError as e:
+            errors.extend(e.prefixed(f"parts[{i}].verifier").errors)
+    if errors:
+        raise SpecError(errors)
+    if not sum(weights):
+        raise SpecError([("parts", "the weights sum to 0")])
+    return Weighted(verifiers, weights)
+
+
+def _build_one(spec: Any) -> Any:
     if not isinstance(spec, dict):
         raise SpecError([("", f"a verifier is a mapping with 'type', got {type(spec).__name__}")])
-    known = ", ".join(sorted(VERIFIERS))
+    if spec.get("type") == Weighted.kind:
+        return _build_weighted(spec)
+    known = ", ".join(sorted([*VERIFIERS, Weighted.kind]))
     if "type" not in spec:
         raise SpecError([("type", f"missing (known: {known})")])
     kind = spec["type"]
@@ -126,6 +158,7 @@ __all__ = [
     "Verdict",
     "Verifier",
     "VerifierModel",
+    "Weighted",
     "build_verifier",
     "validate_spec",
     "verify",

@@ -23,6 +23,8 @@ exception: its tests run in the agent's own sandbox, once every process the agen
 killed, and the sandbox is destroyed after them. Either way, what the agent changed on the
 system outside its workdir (a backend that can tell: docker) is listed with the verdict.
 
+Verifiers that read the transcript (``transcript`` checks, the ``judge``) get the attempt as
+the model proxy recorded it (:mod:`forge.transcript`), never a file the agent could write.
 Answer-only tasks need no sandbox at all, nor do ``app_state`` and ``page_state`` checks (they
 read the task's services' and page application's state, which the HarnessPod kept, handed in
 as ``apps``). An error of the sandboxes
@@ -35,7 +37,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +46,7 @@ from forge.sandboxes.bwrap import HOME
 from forge.sandboxes.task_services import ENTRY_LOG
 from rewards.app_state import AppState
 from rewards.base import Verdict
-from rewards.common import VERIFIER_DIR, AllOf, VerifierModel, verifier_dir
+from rewards.common import VERIFIER_DIR, AllOf, VerifierModel, Weighted, verifier_dir
 from rewards.page_state import PageState
 from rewards.registry import build_verifier
 
@@ -81,9 +83,18 @@ class _NoSandbox:
 
 
 def _flatten(verifier: Any) -> list[VerifierModel]:
-    if isinstance(verifier, AllOf):
+    if isinstance(verifier, AllOf | Weighted):
         return [v for inner in verifier.verifiers for v in _flatten(inner)]
     return [verifier]
+
+
+def _combine(node: Any, verdicts: Iterator[Verdict]) -> Verdict:
+    """The verdict of ``node`` from its leaves' verdicts, in :func:`_flatten`'s order."""
+    if isinstance(node, AllOf):
+        return AllOf.combine([_combine(v, verdicts) for v in node.verifiers])
+    if isinstance(node, Weighted):
+        return node.combine([_combine(v, verdicts) for v in node.verifiers])
+    return next(verdicts)
 
 
 def verifier_files(task: Task, verifiers: list[VerifierModel]) -> dict[str, str]:
@@ -168,11 +179,16 @@ def _fresh(
     return wrapped  # type: ignore[return-value]
 
 
-def _verify(v: VerifierModel, box: Any, answer: str | None) -> Verdict:
-    """``v``'s verdict; agent output that no verifier can take in (JSON or a tree nested
-    thousands deep raising ``RecursionError``) is a reward of 0, logged and counted."""
+def _verify(
+    v: VerifierModel, box: Any, answer: str | None, transcript: dict[str, Any] | None = None
+) -> Verdict:
+    """``v``'s verdict (with the transcript, for a verifier that reads it); agent output that
+    no verifier can take in (JSON or a tree nested thousands deep raising ``RecursionError``)
+    is a reward of 0, logged and counted."""
     global _unreadable
     try:
+        if getattr(v, "reads_transcript", False):
+            return v.verify_with(box, answer, transcript)  # type: ignore[attr-defined]
         return v.verify(box, answer)
     except RecursionError:
         _unreadable += 1
@@ -189,13 +205,15 @@ def run_verifier(
     max_workspace_bytes: int = MAX_WORKSPACE_BYTES,
     apps: dict[str, Any] | None = None,
     network: VerifierNetwork | None = None,
+    transcript: dict[str, Any] | None = None,
 ) -> Verdict:
     """Score ``task`` for an attempt whose harness has exited; see the module docstring.
 
     ``new_sandbox`` returns a new, not yet created sandbox of the agent's backend. The agent's
     sandbox is destroyed here, whatever the outcome (its workspace is copied out first).
     ``apps``: the state of the task's services after the episode (``app_state`` reads it).
-    ``network``: the verify phase's way out, if its network has one.
+    ``network``: the verify phase's way out, if its network has one. ``transcript``: the
+    attempt as the proxy recorded it (:mod:`forge.transcript`), for the verifiers that read it.
     """
     network = network or VerifierNetwork()
     top = build_verifier(task.verifier)
@@ -229,21 +247,18 @@ def run_verifier(
             if isinstance(v, (AppState, PageState)):
                 verdicts.append(v.verify_state(apps))
                 continue
-            if not v.reads_sandbox:
-                verdicts.append(_verify(v, _NoSandbox(), answer))
-                continue
-            if box is None:
+            if v.reads_sandbox and box is None:
                 assert workspace is not None
                 box = _fresh(new_sandbox, spec, workspace, files, network.env)
-            verdicts.append(_verify(v, box, answer))
+            target = box if v.reads_sandbox else _NoSandbox()
+            verdicts.append(_verify(v, target, answer, transcript))
             if v.runs_commands:
                 box.destroy()
                 box = None
     finally:
         if box is not None:
             box.destroy()
-    verdict = AllOf.combine(verdicts) if isinstance(top, AllOf) else verdicts[0]
-    return _with_changes(verdict, changes)
+    return _with_changes(_combine(top, iter(verdicts)), changes)
 
 
 def in_place(verifiers: list[VerifierModel]) -> bool:

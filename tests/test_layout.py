@@ -50,6 +50,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "forge",
             "forge.types",
             "forge.trajectory",
+            "forge.transcript",
             "forge.rng",
             "forge.episode_images",
             "forge.cluster",

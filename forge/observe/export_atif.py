@@ -20,6 +20,7 @@ from typing import Any
 
 from forge.observe.analyze import episodes_file
 from forge.observe.tool_calls import tool_results
+from forge.transcript import arguments_of, opening, text_of
 
 SCHEMA = "ATIF-v1.6"
 EXTRA = (  # what an OpenForge episode adds, in the trajectory's extra
@@ -28,45 +29,9 @@ EXTRA = (  # what an OpenForge episode adds, in the trajectory's extra
 )  # fmt: skip
 
 
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [p.get("text", "") for p in content if isinstance(p, dict) and "text" in p]
-        if parts:
-            return "\n".join(map(str, parts))
-    return "" if content is None else json.dumps(content)
-
-
 def _results(request: dict[str, Any]) -> dict[str, str]:
     """Tool results in a request's history by call id (chat, Responses, Anthropic), as text."""
-    out = {}
-    for call_id, value in tool_results(request).items():
-        if isinstance(value, dict) and value.get("type") == "tool_result":
-            value = value.get("content")  # an Anthropic block: its content
-        out[call_id] = _text(value)
-    return out
-
-
-def _opening(request: dict[str, Any]) -> list[tuple[str, str]]:
-    """(source, text) of the messages before the model's first answer."""
-    out = []
-    for key in ("system", "instructions"):
-        if request.get(key):
-            out.append(("system", _text(request[key])))
-    for m in request.get("messages") or request.get("input") or []:
-        if not isinstance(m, dict) or m.get("role") not in ("system", "developer", "user"):
-            break
-        out.append(("user" if m["role"] == "user" else "system", _text(m.get("content"))))
-    return out
-
-
-def _arguments(raw: Any) -> dict[str, Any]:
-    try:
-        value = json.loads(raw) if isinstance(raw, str) else raw
-    except ValueError:
-        return {"input": raw}  # a free-text tool's input, kept as it was
-    return value if isinstance(value, dict) else {"input": value}
+    return {call_id: text_of(value) for call_id, value in tool_results(request).items()}
 
 
 def trajectory(ep: dict[str, Any], model: str | None = None) -> dict[str, Any]:
@@ -74,8 +39,8 @@ def trajectory(ep: dict[str, Any], model: str | None = None) -> dict[str, Any]:
     turns = ep.get("turns") or []
     steps: list[dict[str, Any]] = []
     if turns:
-        for source, text in _opening(turns[0].get("request") or {}):
-            steps.append({"step_id": len(steps) + 1, "source": source, "message": text})
+        for m in opening(turns[0].get("request") or {}):
+            steps.append({"step_id": len(steps) + 1, "source": m["role"], "message": m["content"]})
     for i, turn in enumerate(turns):
         later = _results(turns[i + 1].get("request") or {}) if i + 1 < len(turns) else {}
         calls = turn.get("tool_calls") or []
@@ -100,7 +65,7 @@ def trajectory(ep: dict[str, Any], model: str | None = None) -> dict[str, Any]:
         if calls:
             step["tool_calls"] = [
                 {"tool_call_id": c.get("id", ""), "function_name": c.get("name", ""),
-                 "arguments": _arguments(c.get("arguments"))}
+                 "arguments": arguments_of(c.get("arguments"))}
                 for c in calls
             ]  # fmt: skip
             seen = [c for c in calls if c.get("id") in later]

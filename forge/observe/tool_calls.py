@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from forge.transcript import tool_results
+
 SHELL_TOOLS = {"shell", "bash", "exec", "exec_command", "run", "terminal", "execute", "run_shell"}
 FINISH_TOOLS = {"finish", "submit", "final_answer", "done"}
 WRITE_TOOLS = {"write", "write_file", "edit", "edit_file", "apply_patch", "create_file"}
@@ -26,24 +28,6 @@ def _offered(request: dict[str, Any]) -> set[str]:
         if isinstance(fn, dict) and fn.get("name"):
             names.add(fn["name"])
     return names
-
-
-def tool_results(request: dict[str, Any]) -> dict[str, Any]:
-    """Tool results in a request's history, by call id, whatever the protocol: a chat ``tool``
-    message's content, a Responses output, or an Anthropic ``tool_result`` block (whole)."""
-    out: dict[str, Any] = {}
-    for item in request.get("messages") or request.get("input") or []:
-        if not isinstance(item, dict):
-            continue
-        if item.get("role") == "tool":  # chat completions
-            out[str(item.get("tool_call_id", ""))] = item.get("content")
-        elif item.get("type") in ("function_call_output", "custom_tool_call_output"):
-            out[str(item.get("call_id", ""))] = item.get("output")
-        elif isinstance(item.get("content"), list):  # anthropic tool_result blocks
-            for block in item["content"]:
-                if isinstance(block, dict) and block.get("type") == "tool_result":
-                    out[str(block.get("tool_use_id", ""))] = block
-    return out
 
 
 def _results(request: dict[str, Any]) -> dict[str, str]:

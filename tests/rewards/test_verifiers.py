@@ -21,6 +21,8 @@ def test_registry_names_every_family() -> None:
         "harbor_tests",
         "answer_equals",
         "answer_regex",
+        "transcript",
+        "judge",
         "answer_chars",
     }
 
