@@ -137,3 +137,22 @@ class Judge(VerifierModel):
         shown = ", ".join("-" if v is None else f"{v:g}" for v in (c["vote"] for c in calls))
         detail = f"judge {model}: {self.aggregate} of [{shown}] = {reward:g}"
         return Verdict(reward, detail, outputs={"judge": json.dumps(record)})
+
+
+def judge_usage(outputs: dict[str, str]) -> tuple[int, int, float]:
+    """``(calls, of them cached, seconds)`` of the judges behind one episode's verdict (its
+    ``verifier_outputs``)."""
+    calls = cached = 0
+    seconds = 0.0
+    for key, text in outputs.items():
+        if key != "judge" and not key.endswith("] judge"):
+            continue
+        try:
+            record = json.loads(text)
+        except ValueError:
+            continue
+        for call in record.get("calls") or []:
+            calls += 1
+            cached += bool(call.get("cached"))
+            seconds += float(call.get("seconds") or 0.0)
+    return calls, cached, seconds

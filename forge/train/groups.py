@@ -16,6 +16,7 @@ from forge.train.batching import MicroBatch
 from forge.train.grpo import group_advantages
 from forge.train.logprobs import GapStats
 from forge.types import Episode
+from rewards.judge import judge_usage
 
 SUMMED = ("loss", "pg_loss", "kl")  # micro-batch shares that add up to the batch value
 
@@ -66,8 +67,28 @@ def grpo_batch(
         # how many versions behind the weights being updated the oldest sampled token is
         "staleness_max": float(version - min(versions)) if versions else 0.0,
         "by_harness": by_harness(groups),
+        **judge_stats(groups),
     }
     return episodes, advantages, stats
+
+
+def judge_stats(groups: list[list[Episode]]) -> dict[str, float]:
+    """The judges' calls behind the batch's rewards: ``judge_calls``, ``judge_cached`` (of
+    them, answered from the cache), ``judge_s`` (their seconds, summed over episodes that
+    verify at once, so it can exceed the step's wall time) and ``judge_share`` (of the
+    episodes' own time, the share spent waiting on the judge); none without a judge."""
+    episodes = [e for g in groups for e in g]
+    used = [judge_usage(e.verifier_outputs) for e in episodes]
+    calls = sum(u[0] for u in used)
+    if not calls:
+        return {}
+    seconds = sum(u[2] for u in used)
+    return {
+        "judge_calls": float(calls),
+        "judge_cached": float(sum(u[1] for u in used)),
+        "judge_s": seconds,
+        "judge_share": seconds / max(sum(e.duration_s for e in episodes), 1e-9),
+    }
 
 
 def by_harness(groups: list[list[Episode]]) -> dict[str, dict[str, float]]:

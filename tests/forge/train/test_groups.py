@@ -38,3 +38,18 @@ def test_the_split_adds_up_and_says_what_each_harness_does_on_the_wire() -> None
     assert split["pi"]["wire"]["history_kept"] == 0.0
     one = by_harness(groups[:1])  # one harness: no wire split to pay for
     assert "wire" not in one["react"]
+
+
+def test_judge_calls_are_counted_and_timed_for_the_step() -> None:
+    import json
+
+    from forge.train.groups import judge_stats
+
+    record = {"calls": [{"cached": False, "seconds": 1.5}, {"cached": True, "seconds": 0.0}]}
+    judged = Episode("j", "t", 0, "react", 1.0, "ok", duration_s=6.0,
+                     verifier_outputs={"[1] judge": json.dumps(record)})  # fmt: skip
+    plain = Episode("p", "t", 0, "react", 0.0, "ok", duration_s=4.0)
+    assert judge_stats([[judged, plain]]) == {
+        "judge_calls": 2.0, "judge_cached": 1.0, "judge_s": 1.5, "judge_share": 0.15
+    }  # fmt: skip
+    assert judge_stats([[plain]]) == {}  # no judge: no such metrics
