@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from forge.types import Turn
+from rewards.judge import judge_specs
 
 KEYS = (
     "harness", "harness_name", "harness_version", "harness_digest", "prompt_hash", "sandbox",
@@ -75,15 +76,8 @@ def prompt_hash(turns: list[Turn]) -> str:
     return digest({"system": [*system, extra] if extra else system, "tools": request.get("tools")})
 
 
-def rubrics(verifier: Any) -> list[str]:
-    """The rubrics of the judges in a verifier spec (weighted parts and lists included)."""
-    if isinstance(verifier, list):
-        return [r for v in verifier for r in rubrics(v)]
-    if not isinstance(verifier, dict):
-        return []
-    if verifier.get("type") == "judge":
-        return [str(verifier.get("rubric", ""))]
-    return [r for part in verifier.get("parts") or [] for r in rubrics(part.get("verifier"))]
+def _rubrics(verifier: Any) -> list[str]:
+    return [str(j.get("rubric", "")) for j in judge_specs(verifier)]
 
 
 def verifier_kind(verifier: Any) -> str:
@@ -131,5 +125,5 @@ def _record(key: str, harness: Any, task: Any, *rest: Any) -> dict[str, Any]:
         "model": model,
         "temperature": temperature,
         "max_tokens_per_turn": task.limits.max_tokens_per_turn,
-        **({"rubric_hash": digest(judged)} if (judged := rubrics(task.verifier)) else {}),
+        **({"rubric_hash": digest(judged)} if (judged := _rubrics(task.verifier)) else {}),
     }

@@ -4,7 +4,8 @@ left out and said, never silently and never by stopping the rest (issue 32).
 
 A task is left out when its folder of a third-party set (``harbor:PATH``) cannot load (the
 file and field at fault), its image cannot be had (the build's last lines), one of the run's
-harnesses cannot offer its MCP servers, or the policy is the scripted oracle and the task has no
+harnesses cannot offer its MCP servers, its judge cannot be asked (no model, endpoint or key
+here), or the policy is the scripted oracle and the task has no
 reference solution. Each is printed
 and kept in ``skipped_tasks.jsonl`` beside the run's episodes; a suite of which nothing is left
 stops with every reason.
@@ -21,6 +22,7 @@ from forge.harnesses.registry import HARNESSES
 from forge.harnesses.task_tools import mcp_refusal
 from forge.images.task import prepare as prepare_task_images
 from forge.outcome import check_attempt_timeout
+from rewards.judge import unready
 from tasks.errors import TaskError
 from tasks.harbor import set_verify_mode
 from tasks.loader import load_suite
@@ -70,6 +72,9 @@ def playable(
         (t["id"], "environment.mcp_servers", why)
         for t in unique
         if (why := _mcp_refusal(t, harnesses))
+    )
+    skipped.extend(
+        (t["id"], "verifier", why) for t in unique if (why := unready(t.get("verifier")))
     )
     out = {why[0] for why in skipped}  # no image is built for a task already left out
     skipped.extend(

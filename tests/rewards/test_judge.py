@@ -169,3 +169,20 @@ def test_an_unreachable_judge_fails_the_attempt_for_a_retry(tmp_path, judge, mon
     ep = _play(tmp_path, _task())
     assert (ep.status, ep.failure, ep.reward) == ("failed", "verifier_error", 0.0)
     assert "unreachable" in ep.harness_log
+
+
+def test_a_task_whose_judge_cannot_be_asked_is_left_out_at_the_start(judge, monkeypatch, tmp_path):
+    from forge.config import load_config
+    from forge.task_set import load_tasks, playable
+
+    toy = load_tasks("toy", ["toy_count"], [])
+    judged = {**toy[0], "id": "judged", "verifier": {"type": "judge", "rubric": "r"}}
+    config = load_config(None, [])
+    [kept] = playable([[*toy, dict(judged)]], config, [], tmp_path, print)
+    assert [t["id"] for t in kept] == ["toy_count", "judged"]  # model, endpoint and key here
+    monkeypatch.delenv("FORGE_JUDGE_MODEL")
+    skipped: list[tuple[str, str, str]] = []
+    [kept] = playable([[*toy, dict(judged)]], config, skipped, tmp_path, print)
+    assert [t["id"] for t in kept] == ["toy_count"]
+    assert skipped == [("judged", "verifier", "judge: no model (the verifier's model, or "
+                        "$FORGE_JUDGE_MODEL)")]  # fmt: skip
