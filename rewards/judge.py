@@ -45,7 +45,24 @@ FILE_LIMIT = 20_000  # characters of each named file the judge is shown
 INSTRUCTIONS = {
     "verdict": "End your reply with one line: PASS if the rubric is met, FAIL if not.",
     "score": "End your reply with one line: SCORE: x, where x is from 0 to 1.",
+    "json": 'End your reply with a JSON object {"total": x}, where x is from 0 to 1.',
 }
+
+
+def json_totals(reply: str) -> list[float]:
+    """The ``total`` (else ``score``) of each JSON object in ``reply`` that has a number there."""
+    out, decoder, i = [], json.JSONDecoder(), 0
+    while (i := reply.find("{", i)) >= 0:
+        try:
+            value, end = decoder.raw_decode(reply, i)
+        except ValueError:
+            i += 1
+            continue
+        number = value.get("total", value.get("score")) if isinstance(value, dict) else None
+        if isinstance(number, int | float) and not isinstance(number, bool):
+            out.append(float(number))
+        i = end
+    return out
 
 
 def rubric_hash(rubric: str) -> str:
@@ -71,7 +88,11 @@ class Judge(VerifierModel):
     )
     n: int = Field(default=1, ge=1, le=16, description="Samples asked.")
     aggregate: Literal["majority", "mean"] = Field(default="majority", description="Of samples.")
-    parse: Literal["verdict", "score"] = Field(default="verdict", description="The reply's rule.")
+    parse: Literal["verdict", "score", "json"] = Field(
+        default="verdict",
+        description="The reply's rule: the last PASS or FAIL, the last SCORE: x, or the "
+        "total (or score) of the last JSON object in it.",
+    )
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="The judge's sampling.")
     max_tokens: int = Field(default=1024, ge=16, description="Its longest reply.")
     timeout_s: float = Field(default=120.0, gt=0, description="Most seconds one call takes.")
@@ -106,7 +127,7 @@ class Judge(VerifierModel):
         if self.parse == "verdict":
             found = VERDICT.findall(reply)
             return None if not found else float(found[-1] == "PASS")
-        found = SCORE.findall(reply)
+        found = SCORE.findall(reply) if self.parse == "score" else json_totals(reply)
         return None if not found else min(1.0, max(0.0, float(found[-1])))
 
     def verify_with(self, sandbox: Sandbox, final_answer: str | None, transcript: Any) -> Verdict:
@@ -166,6 +187,8 @@ def judge_specs(spec: Any) -> list[dict[str, Any]]:
         return []
     if spec.get("type") == Judge.kind:
         return [spec]
+    if spec.get("type") == "qwenclawbench" and spec.get("grading_type") != "automated":
+        return [{"type": Judge.kind, "rubric": spec.get("rubric", ""), **(spec.get("judge") or {})}]
     return [j for part in spec.get("parts") or [] for j in judge_specs(part.get("verifier"))]
 
 

@@ -33,6 +33,7 @@ from rewards.harbor_tests import HarborTests
 from rewards.json_check import JsonField
 from rewards.judge import Judge
 from rewards.page_state import PageState
+from rewards.qwenclawbench import QwenClawBench
 from rewards.transcript_check import TranscriptCheck
 
 VERIFIERS: dict[str, type[VerifierModel]] = {
@@ -52,6 +53,7 @@ VERIFIERS: dict[str, type[VerifierModel]] = {
         AnswerChars,
         TranscriptCheck,
         Judge,
+        QwenClawBench,
     )
 }
 

@@ -23,6 +23,7 @@ def test_registry_names_every_family() -> None:
         "answer_regex",
         "transcript",
         "judge",
+        "qwenclawbench",
         "answer_chars",
     }
 
