@@ -123,7 +123,7 @@ def _task(answer: str | None = "42", **extra: Any) -> Task:
     })  # fmt: skip
 
 
-def _play(tmp_path: Path, task: Task, mode: str = "oracle") -> Episode:
+def _play(tmp_path: Path, task: Task, mode: str = "oracle", harness: str = "react") -> Episode:
     async def main() -> Episode:
         engine = {"name": "scripted", "model": "tiny", "mode": mode}
         policy = Policy({"engine": engine, "batch_wait_ms": 0})
@@ -131,7 +131,7 @@ def _play(tmp_path: Path, task: Task, mode: str = "oracle") -> Episode:
         pod = HarnessPod(LocalHandle(policy), pod_id="p", run="judge", sandbox=sandbox)
         await pod.start()
         try:
-            return await pod.run_episode(task.model_dump(), "react")
+            return await pod.run_episode(task.model_dump(), harness)
         finally:
             await pod.stop()
 
