@@ -29,7 +29,7 @@ PREFIX = "qwenclawbench:"
 NEEDS = {"web": "the web", "feishu": "Feishu's API", "requires_mock": "a mock service not shipped"}
 MAX_TURNS = 50  # the benchmark bounds an attempt by time alone
 _HEADING = re.compile(r"^## +(.+?)\s*$", re.MULTILINE)
-_PYTHON = re.compile(r"```python\s*\n(.*?)```", re.DOTALL)
+_PYTHON = re.compile(r"```python\s*\n(.*?)\n\s*```", re.DOTALL)  # a fence opening a line
 _DROPPED = re.compile(r"^(source_query|source_line_number):.*$", re.MULTILINE)
 
 
