@@ -3,9 +3,12 @@ names the file and the field at fault."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import ValidationError
 
 from rewards.common import SpecError, join_field
+from tasks.schema import Task
 
 
 class TaskError(ValueError):
@@ -42,3 +45,14 @@ def validation_problems(err: ValidationError, prefix: str) -> list[tuple[str, st
             msg = e["msg"].removeprefix("Value error, ")
         out.append((field, msg))
     return out
+
+
+def build_task(data: dict[str, Any], source: str) -> Task:
+    """``data`` as a Task whose ``_source`` is ``source`` (a reader's file or folder); TaskError
+    naming ``source`` and each field at fault."""
+    try:
+        task = Task.model_validate(data)
+    except ValidationError as e:
+        raise TaskError([(source, f, m) for f, m in validation_problems(e, "")]) from None
+    task._source = source
+    return task

@@ -32,7 +32,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from tasks.dockerfile import DockerfileError, final_workdir
-from tasks.errors import TaskError, validation_problems
+from tasks.errors import TaskError, build_task, validation_problems
 from tasks.harbor_compose import ComposeError, read_compose
 from tasks.schema import Task
 
@@ -230,12 +230,7 @@ def load_task(folder: Path) -> Task:
             *(str(t) for t in tags if isinstance(tags, list)),
         ],
     }
-    try:
-        task = Task.model_validate(data)
-    except ValidationError as e:
-        raise TaskError([(str(folder), f, m) for f, m in validation_problems(e, "")]) from None
-    task._source = str(folder)
-    return task
+    return build_task(data, str(folder))
 
 
 def _asks_for_internet(env_cfg: Any) -> bool:

@@ -20,9 +20,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
 
-from tasks.errors import TaskError, validation_problems
+from tasks.errors import TaskError, build_task
 from tasks.schema import Task
 
 PREFIX = "qwenclawbench:"
@@ -139,12 +138,7 @@ def load_task(path: Path) -> Task:
         },
         "tags": ["qwenclawbench", str(meta.get("category") or "")],
     }
-    try:
-        task = Task.model_validate(data)
-    except ValidationError as e:
-        raise TaskError([(str(path), f, m) for f, m in validation_problems(e, "")]) from None
-    task._source = str(path)
-    return task
+    return build_task(data, str(path))
 
 
 def _check(meta: dict[str, Any], sections: dict[str, str]) -> list[tuple[str, str]]:

@@ -18,33 +18,27 @@ from actors.harness_pod import HarnessPod
 from forge.sandboxes.bwrap import bwrap_works
 from forge.types import Episode
 from rewards.judge import Judge
-from rewards.judge_client import CACHE_ENV, JudgeUnavailable
+from rewards.judge_client import JudgeUnavailable
 from rewards.registry import SpecError, build_verifier
 from serve.policy import LocalHandle, Policy
 from tasks.schema import Task
 from tests.forge.httpstub import StubServer
+from tests.rewards.judging import scripted_judge
 
 KEY = "judge-key-4f9c"  # what the judge's key looks like, to be found nowhere else
 
 
-def _judge_reply(method: str, path: str, headers: dict[str, str], body: Any):
-    prompt = body["messages"][0]["content"]
-    answer = prompt.rsplit("FINAL ANSWER:", 1)[-1]
-    text = "It checks out.\nPASS" if "42" in answer else "It does not.\nFAIL"
+def _reply(prompt: str) -> str:
     if "REPLY-NOTHING" in prompt:
-        text = "I cannot decide."
-    return 200, {"choices": [{"message": {"role": "assistant", "content": text}}]}, {}
+        return "I cannot decide."
+    answer = prompt.rsplit("FINAL ANSWER:", 1)[-1]
+    return "It checks out.\nPASS" if "42" in answer else "It does not.\nFAIL"
 
 
 @pytest.fixture
 def judge(monkeypatch, tmp_path) -> Iterator[StubServer]:
-    server = StubServer(_judge_reply)
-    monkeypatch.setenv("FORGE_JUDGE_BASE_URL", f"http://{server.address}/v1")
-    monkeypatch.setenv("FORGE_JUDGE_MODEL", "judge-tiny")
-    monkeypatch.setenv("FORGE_JUDGE_API_KEY", KEY)
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "judge-cache"))
-    yield server
-    server.close()
+    with scripted_judge(_reply, monkeypatch, tmp_path / "judge-cache", KEY) as server:
+        yield server
 
 
 class _Box:

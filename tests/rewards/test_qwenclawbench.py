@@ -9,17 +9,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from forge.harnesses.install import PACKAGES
 from forge.sandboxes.bwrap import bwrap_works
-from rewards.judge_client import CACHE_ENV
 from rewards.qwenclawbench import openclaw_session
 from tasks.loader import load_suite
 from tasks.schema import Task
 from tests.forge.httpstub import StubServer
+from tests.rewards.judging import scripted_judge
 from tests.rewards.test_judge import _play
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tasks" / "fixtures" / "qwenclawbench"
@@ -33,23 +32,16 @@ SOLUTIONS = {  # written here: the benchmark ships none
 pytestmark = pytest.mark.skipif(not bwrap_works(), reason="needs bubblewrap")
 
 
-def _judge(method: str, path: str, headers: dict[str, str], body: Any):
-    prompt = body["messages"][0]["content"]
+def _reply(prompt: str) -> str:
     answer = prompt.rsplit("FINAL ANSWER:\n", 1)[-1].split("\n\n", 1)[0].strip()
     total = 1.0 if answer == "3" else 0.0
-    text = f'Looks right.\n```json\n{{"scores": {{"count": {total}}}, "total": {total}}}\n```'
-    return 200, {"choices": [{"message": {"role": "assistant", "content": text}}]}, {}
+    return f'Looks right.\n```json\n{{"scores": {{"count": {total}}}, "total": {total}}}\n```'
 
 
 @pytest.fixture
 def judge(monkeypatch, tmp_path) -> Iterator[StubServer]:
-    server = StubServer(_judge)
-    monkeypatch.setenv("FORGE_JUDGE_BASE_URL", f"http://{server.address}/v1")
-    monkeypatch.setenv("FORGE_JUDGE_MODEL", "judge-tiny")
-    monkeypatch.setenv("FORGE_JUDGE_API_KEY", "k")
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
-    yield server
-    server.close()
+    with scripted_judge(_reply, monkeypatch, tmp_path / "cache") as server:
+        yield server
 
 
 def _tasks() -> dict[str, Task]:
