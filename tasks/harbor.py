@@ -160,6 +160,7 @@ def load_task(folder: Path) -> Task:
     for field, value in UNSUPPORTED.items():
         if _get(config, field):
             problems.append((str(folder / CONFIG), field, value))
+    problems.extend((str(folder / CONFIG), f, m) for f, m in _refused_values(config))
     if not env_cfg.docker_image:
         need["environment/Dockerfile"] = dockerfile
     for rel, path in need.items():
@@ -231,6 +232,35 @@ def load_task(folder: Path) -> Task:
         ],
     }
     return build_task(data, str(folder))
+
+
+def _refused_values(config: Any) -> list[tuple[str, str]]:
+    """The task.toml values OpenForge cannot honour, each with why (the field named)."""
+    env, out = config.environment, []
+    if env.os.value != "linux":
+        out.append(("environment.os", f"{env.os.value}: OpenForge's sandboxes run Linux only"))
+    if env.gpu_types or env.tpu:
+        out.append(("environment.gpu_types" if env.gpu_types else "environment.tpu",
+                    "accelerators are not supported"))  # fmt: skip
+    for phase, cfg in (
+        ("environment", env),
+        ("agent", config.agent),
+        ("verifier", config.verifier),
+    ):
+        if cfg.allowed_hosts:
+            out.append((f"{phase}.allowed_hosts", "a task's own host allowlist is not supported "
+                        "(give the run's sandbox.network an allowlist)"))  # fmt: skip
+        mode = cfg.network_mode.value if cfg.network_mode is not None else None
+        if phase != "environment" and mode not in (None, "no-network"):
+            why = f"{mode} for one phase is not supported (allow_internet opens both phases)"
+            out.append((f"{phase}.network_mode", why))
+    if config.verifier.collect:
+        out.append(("verifier.collect", "commands in compose services before the tests are "
+                    "not supported"))  # fmt: skip
+    if config.artifacts:
+        out.append(("artifacts", "collecting artifacts is not supported (the episode keeps the "
+                    "tests' output and what changed outside the workdir)"))  # fmt: skip
+    return out
 
 
 def _asks_for_internet(env_cfg: Any) -> bool:

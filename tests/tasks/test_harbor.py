@@ -144,6 +144,18 @@ def test_task_toml_fields_are_honoured_or_refused_by_name(tmp_path: Path):
     with pytest.raises(TaskError, match=r"verifier\.environment: a verifier image of its own"):
         load_suite(f"harbor:{two}")
     # skills_dir and mcp_servers are honoured: tests/forge/harnesses/test_task_tools.py
+    three = _copy(tmp_path, to="refused")
+    text = (three / "task.toml").read_text()
+    text = text.replace("[agent]\n", '[agent]\nnetwork_mode = "public"\n')
+    text = text.replace("[environment]\n", '[environment]\nos = "windows"\n'
+                        'network_mode = "allowlist"\nallowed_hosts = ["pypi.org"]\n')  # fmt: skip
+    (three / "task.toml").write_text('artifacts = ["/app/out"]\n' + text)
+    with pytest.raises(TaskError) as err:
+        load_suite(f"harbor:{three}")
+    fields = {field for _, field, _ in err.value.problems}
+    assert fields == {
+        "environment.os", "environment.allowed_hosts", "agent.network_mode", "artifacts"
+    }, err.value.problems  # fmt: skip
 
 
 def test_in_place_after_a_root_agent_is_named_open_to_shims():
