@@ -39,7 +39,8 @@ def _tail(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else "..." + text[-limit:]
 
 
-def _relative(path: str) -> str:
+def relative_path(path: str) -> str:
+    """``path`` when it is relative and has no ``..``; ValueError otherwise."""
     p = PurePosixPath(path)
     if not path.strip() or p.is_absolute() or ".." in p.parts:
         raise ValueError(f"file {path!r}: a relative path without '..'")
@@ -70,7 +71,7 @@ class Command(VerifierModel):
     @classmethod
     def _files_relative(cls, v: dict[str, str]) -> dict[str, str]:
         for path in v:
-            _relative(path)
+            relative_path(path)
         return v
 
     def own_files(self) -> dict[str, str]:

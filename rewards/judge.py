@@ -30,11 +30,12 @@ import re
 import time
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from forge.sandboxes.base import Sandbox
 from forge.transcript import render
 from rewards.base import Verdict
+from rewards.command import relative_path
 from rewards.common import VerifierModel, read_text
 from rewards.judge_client import JudgeUnavailable, ask
 
@@ -96,6 +97,11 @@ class Judge(VerifierModel):
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="The judge's sampling.")
     max_tokens: int = Field(default=1024, ge=16, description="Its longest reply.")
     timeout_s: float = Field(default=120.0, gt=0, description="Most seconds one call takes.")
+
+    @field_validator("files")
+    @classmethod
+    def _inside(cls, v: list[str]) -> list[str]:
+        return [relative_path(p) for p in v]
 
     @property
     def reads_sandbox(self) -> bool:  # type: ignore[override]
