@@ -200,7 +200,7 @@ async def run_attempt(
         await asyncio.to_thread(sandbox.create, spec)
         if script is not None:  # the oracle writes absolute paths where a tool demands them
             script["workspace"] = sandbox.workspace
-        for path, content in task.files.items():
+        for path, content in task.seeds().items():
             sandbox.put_file(path, content)
         base = f"http://{sandbox.proxy_host_port()}{info['path']}"
         ctx = AttemptContext(

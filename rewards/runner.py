@@ -97,10 +97,10 @@ def _combine(node: Any, verdicts: Iterator[Verdict]) -> Verdict:
     return next(verdicts)
 
 
-def verifier_files(task: Task, verifiers: list[VerifierModel]) -> dict[str, str]:
+def verifier_files(task: Task, verifiers: list[VerifierModel]) -> dict[str, str | bytes]:
     """Paths relative to :data:`VERIFIER_DIR` -> text: the task's seeded files under ``task/``
     and every verifier's own files."""
-    files = {f"{TASK_FILES}/{path}": text for path, text in task.files.items()}
+    files: dict[str, str | bytes] = {f"{TASK_FILES}/{p}": c for p, c in task.seeds().items()}
     for v in verifiers:
         files.update(v.own_files())
     return files
@@ -159,7 +159,7 @@ def _fresh(
     new_sandbox: Callable[[], Sandbox],
     spec: SandboxSpec,
     workspace: bytes,
-    files: dict[str, str],
+    files: dict[str, str | bytes],
     env: dict[str, str],
 ) -> Sandbox:
     box = new_sandbox()

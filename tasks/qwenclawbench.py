@@ -10,11 +10,12 @@ Prompt``, ``## Expected Behavior``, ``## Grading Criteria``, ``## Automated Chec
 ``assets/<id>/``, or inline) its seeded files, and its verifier ``qwenclawbench``
 (:mod:`rewards.qwenclawbench`: the automated part and the judge, combined as the benchmark
 does). Tasks that need what no offline machine has (``external_dependency``: web, feishu, a
-mock the benchmark does not ship) or seed a binary file are left out, each with its reason.
+mock the benchmark does not ship) are left out, each with its reason.
 """
 
 from __future__ import annotations
 
+import base64
 import re
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -69,8 +70,12 @@ def _split(text: str) -> tuple[str, str]:
     return text[3:end], rest.split("\n", 1)[1] if "\n" in rest else ""
 
 
-def _workspace(meta: dict[str, Any], assets: Path) -> tuple[dict[str, str], list[tuple[str, str]]]:
+def _workspace(
+    meta: dict[str, Any], assets: Path
+) -> tuple[dict[str, str], dict[str, str], list[tuple[str, str]]]:
+    """``(text files, binary files as base64, problems)`` of ``workspace_files``."""
     files: dict[str, str] = {}
+    binary: dict[str, str] = {}
     problems = []
     for i, item in enumerate(meta.get("workspace_files") or []):
         where = f"workspace_files[{i}]"
@@ -88,11 +93,12 @@ def _workspace(meta: dict[str, Any], assets: Path) -> tuple[dict[str, str], list
         if not source.is_file():
             problems.append((where, f"asset {source} is missing"))
             continue
+        data = source.read_bytes()
         try:
-            files[dest] = source.read_bytes().decode("utf-8")
+            files[dest] = data.decode("utf-8")
         except UnicodeDecodeError:
-            problems.append((where, f"{dest} is binary: OpenForge seeds text files only"))
-    return files, problems
+            binary[dest] = base64.b64encode(data).decode()
+    return files, binary, problems
 
 
 def load_task(path: Path) -> Task:
@@ -108,7 +114,7 @@ def load_task(path: Path) -> Task:
             (str(path), "external_dependency", f"needs {NEEDS[needs]}: not run offline")
         )
     task_id = str(meta.get("id") or path.stem)
-    files, bad = _workspace(meta, path.parent.parent / "assets" / task_id)
+    files, binary, bad = _workspace(meta, path.parent.parent / "assets" / task_id)
     problems += [(str(path), f, m) for f, m in bad]
     if problems:
         raise TaskError(problems)
@@ -119,6 +125,7 @@ def load_task(path: Path) -> Task:
         "id": re.sub(r"[^a-z0-9._-]+", "-", task_id.lower()).strip("-._") or "task",
         "instruction": sections["Prompt"],
         "files": files,
+        "binary_files": binary,
         "limits": {"timeout_s": float(meta.get("timeout_seconds") or 120), "max_turns": MAX_TURNS},
         "verifier": {
             "type": "qwenclawbench",

@@ -12,6 +12,7 @@ Example (``tasks/data/smoke/hello_file.yaml``)::
 
 from __future__ import annotations
 
+import base64
 from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal
 
@@ -243,6 +244,10 @@ class Task(BaseModel):
         default_factory=dict,
         description="Files seeded into the workspace before the attempt: relative path -> text.",
     )
+    binary_files: dict[str, str] = Field(
+        default_factory=dict,
+        description="Binary files seeded the same way: relative path -> base64 of its bytes.",
+    )
     verifier: dict[str, Any] | list[dict[str, Any]] = Field(
         description="How the result is checked: a mapping with 'type' plus that verifier's "
         "fields, or a list of such mappings that must all pass (see rewards.registry.VERIFIERS).",
@@ -289,12 +294,26 @@ class Task(BaseModel):
             raise ValueError("instruction is blank")
         return v
 
-    @field_validator("files")
+    @field_validator("files", "binary_files")
     @classmethod
     def _files_relative(cls, v: dict[str, str]) -> dict[str, str]:
         for path in v:
             check_relative_path(path)
         return v
+
+    @field_validator("binary_files")
+    @classmethod
+    def _base64(cls, v: dict[str, str]) -> dict[str, str]:
+        for path, data in v.items():
+            try:
+                base64.b64decode(data, validate=True)
+            except ValueError:
+                raise ValueError(f"{path}: not base64") from None
+        return v
+
+    def seeds(self) -> dict[str, str | bytes]:
+        """Every seeded file, text and binary: relative path -> its content."""
+        return {**self.files, **{p: base64.b64decode(d) for p, d in self.binary_files.items()}}
 
     @field_validator("apps")
     @classmethod

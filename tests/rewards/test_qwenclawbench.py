@@ -25,7 +25,10 @@ FIXTURES = Path(__file__).resolve().parents[1] / "tasks" / "fixtures" / "qwencla
 SOLUTIONS = {  # written here: the benchmark ships none
     "task_90001_count_log_errors": (["grep -c ERROR logs/app.log > report.txt"], "3"),
     "task_90002_write_release_note": (
-        ["printf '# Release 2.1\\n- Faster start-up\\n- Fixed the export crash\\n' > RELEASE.md"],
+        [
+            "printf '# Release 2.1\\n- Faster start-up\\n- Fixed the export crash\\n' > RELEASE.md",
+            "mkdir -p docs && cp logo.png docs/logo.png",  # a binary seed, kept byte for byte
+        ],
         "Done.",
     ),
 }

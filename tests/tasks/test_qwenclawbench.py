@@ -11,6 +11,7 @@ import pytest
 
 from tasks.errors import TaskError
 from tasks.loader import load_suite
+from tasks.schema import Task
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "qwenclawbench"
 DATA = FIXTURES / "data" / "fixture-v1"
@@ -74,16 +75,16 @@ def test_a_malformed_task_names_its_file_and_field(tmp_path, change, field, mess
     assert where == str(path) and got_field == field and message in got, err.value.problems
 
 
-def test_binary_assets_are_refused_and_a_misspelt_weight_reads_as_the_benchmark_reads_it(
+def test_binary_assets_are_seeded_and_a_misspelt_weight_reads_as_the_benchmark_reads_it(
     tmp_path,
 ) -> None:
+    release = load_suite(f"qwenclawbench:{DATA / 'tasks' / 'task_90002_write_release_note.md'}")
+    (task,) = release
+    assert "logo.png" not in task.files and task.seeds()["logo.png"][:4] == b"\x89PNG"
+    bad = {**task.model_dump(), "binary_files": {"logo.png": "not base64!"}}
+    with pytest.raises(ValueError, match=r"logo\.png: not base64"):
+        Task.model_validate(bad)
     path = _copy(tmp_path)
-    (path.parents[1] / "assets" / "task_90001_count_log_errors" / "logs" / "app.log").write_bytes(
-        b"\x89PNG\r\n\x1a\n\x00\xff"
-    )
-    with pytest.raises(TaskError, match=r"workspace_files\[0\]: logs/app.log is binary"):
-        load_suite(f"qwenclawbench:{path}")
-    path = _copy(tmp_path / "again")
     path.write_text(path.read_text().replace("llm_judge: 0.6", "llmjudge: 0.6"))
     (task,) = load_suite(f"qwenclawbench:{path}")
     assert task.verifier["weights"] == {"automated": 0.4, "llm_judge": 0.5}
