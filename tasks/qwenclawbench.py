@@ -89,7 +89,12 @@ def _workspace(
         if "content" in item:
             files[dest] = str(item["content"])
             continue
-        source = assets / str(item.get("source", ""))
+        source = (assets / str(item.get("source", ""))).resolve()
+        if not source.is_relative_to(assets.resolve()):
+            problems.append(
+                (where, f"source {item.get('source')!r} is outside assets/{assets.name}")
+            )
+            continue
         if not source.is_file():
             problems.append((where, f"asset {source} is missing"))
             continue

@@ -64,6 +64,8 @@ def _copy(tmp_path: Path) -> Path:
          "workspace_files[0]", "is missing"),
         (lambda t: t.replace("dest: logs/app.log", "dest: ../app.log"), "workspace_files[0]",
          "a relative path without '..'"),
+        (lambda t: t.replace("source: logs/app.log", "source: ../../tasks/x.md"),
+         "workspace_files[0]", "is outside assets/task_90001_count_log_errors"),
     ],
 )  # fmt: skip
 def test_a_malformed_task_names_its_file_and_field(tmp_path, change, field, message) -> None:
