@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from forge.types import Turn
-from rewards.judge import judge_specs
+from rewards.registry import judges
 
 KEYS = (
     "harness", "harness_name", "harness_version", "harness_digest", "prompt_hash", "sandbox",
@@ -77,7 +77,7 @@ def prompt_hash(turns: list[Turn]) -> str:
 
 
 def _rubrics(verifier: Any) -> list[str]:
-    return [str(j.get("rubric", "")) for j in judge_specs(verifier)]
+    return [j.rubric for j in judges(verifier)]
 
 
 def verifier_kind(verifier: Any) -> str:

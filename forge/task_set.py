@@ -23,6 +23,7 @@ from forge.harnesses.task_tools import mcp_refusal
 from forge.images.task import prepare as prepare_task_images
 from forge.outcome import check_attempt_timeout
 from rewards.judge import unready
+from rewards.registry import judges
 from tasks.errors import TaskError
 from tasks.harbor import set_verify_mode
 from tasks.loader import load_suite
@@ -74,7 +75,7 @@ def playable(
         if (why := _mcp_refusal(t, harnesses))
     )
     skipped.extend(
-        (t["id"], "verifier", why) for t in unique if (why := unready(t.get("verifier")))
+        (t["id"], "verifier", why) for t in unique if (why := unready(judges(t["verifier"])))
     )
     out = {why[0] for why in skipped}  # no image is built for a task already left out
     skipped.extend(

@@ -110,6 +110,10 @@ class Judge(VerifierModel):
     def verify(self, sandbox: Sandbox, final_answer: str | None) -> Verdict:
         return self.verify_with(sandbox, final_answer, None)
 
+    def judges(self) -> list[Judge]:
+        """The judges this verifier asks (:func:`rewards.registry.judges`)."""
+        return [self]
+
     def prompt(self, sandbox: Sandbox, final_answer: str | None, transcript: Any) -> str:
         parts = ["You are grading an AI agent's work against a rubric.", f"RUBRIC:\n{self.rubric}"]
         if "transcript" in self.sees:
@@ -185,28 +189,14 @@ def judge_usage(outputs: dict[str, str]) -> tuple[int, int, float]:
     return calls, cached, seconds
 
 
-def judge_specs(spec: Any) -> list[dict[str, Any]]:
-    """The judges in a verifier spec (lists and weighted parts included)."""
-    if isinstance(spec, list):
-        return [j for v in spec for j in judge_specs(v)]
-    if not isinstance(spec, dict):
-        return []
-    if spec.get("type") == Judge.kind:
-        return [spec]
-    if spec.get("type") == "qwenclawbench" and spec.get("grading_type") != "automated":
-        return [{"type": Judge.kind, "rubric": spec.get("rubric", ""), **(spec.get("judge") or {})}]
-    return [j for part in spec.get("parts") or [] for j in judge_specs(part.get("verifier"))]
-
-
-def unready(spec: Any) -> str | None:
-    """Why the judges of a verifier spec cannot be asked from this process (no model, no
-    endpoint, no key), None when they can: checked before a run starts."""
-    for judge in judge_specs(spec):
-        if not (judge.get("model") or os.environ.get(MODEL_ENV)):
+def unready(judges: list[Judge]) -> str | None:
+    """Why ``judges`` cannot be asked from this process (no model, no endpoint, no key), None
+    when they can: checked before a run starts."""
+    for judge in judges:
+        if not (judge.model or os.environ.get(MODEL_ENV)):
             return f"judge: no model (the verifier's model, or ${MODEL_ENV})"
-        if not (judge.get("base_url") or os.environ.get(BASE_URL_ENV)):
+        if not (judge.base_url or os.environ.get(BASE_URL_ENV)):
             return f"judge: no endpoint (the verifier's base_url, or ${BASE_URL_ENV})"
-        key_env = judge.get("api_key_env", "FORGE_JUDGE_API_KEY")
-        if key_env and not os.environ.get(key_env):
-            return f"judge: ${key_env} is not set"
+        if judge.api_key_env and not os.environ.get(judge.api_key_env):
+            return f"judge: ${judge.api_key_env} is not set"
     return None

@@ -92,8 +92,17 @@ class QwenClawBench(VerifierModel):
     @model_validator(mode="after")
     def _judge_options(self) -> QwenClawBench:
         if self.grading_type != "automated":
-            Judge(rubric=self.rubric or "-", **self.judge)  # its options, checked at load
+            self._judge()  # its options, checked at load
         return self
+
+    def _judge(self) -> Judge:
+        options = {"sees": ["transcript", "answer"], "parse": "json", **self.judge}
+        return Judge(rubric=self.rubric or "-", **options)
+
+    def judges(self) -> list[Judge]:
+        """The judge it asks, if its judge part counts (:func:`rewards.registry.judges`)."""
+        scored = self.grading_type != "automated" and self.weights.get("llm_judge", 0.5) > 0
+        return [self._judge()] if scored else []
 
     def own_files(self) -> dict[str, str]:
         if self.grade is None:
@@ -131,9 +140,6 @@ class QwenClawBench(VerifierModel):
         if wa and auto < GATE:
             return Verdict(wa * auto / (wa + wl), f"{detail} (under {GATE}: judge not asked)",
                            outputs)  # fmt: skip
-        options = {"sees": ["transcript", "answer"], "parse": "json", **self.judge}
-        verdict = Judge(rubric=self.rubric, **options).verify_with(
-            sandbox, final_answer, transcript
-        )
+        verdict = self._judge().verify_with(sandbox, final_answer, transcript)
         reward = (wa * auto + wl * verdict.reward) / (wa + wl)
         return Verdict(reward, f"{detail}; {verdict.detail}", {**outputs, **verdict.outputs})

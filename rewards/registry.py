@@ -140,6 +140,18 @@ def build_verifier(spec: VerifierSpec | list[VerifierSpec]) -> Verifier:
     return _build_one(spec)
 
 
+def leaves(verifier: Any) -> list[VerifierModel]:
+    """The verifiers a built one is made of (an all_of's and a weighted's parts), in order."""
+    if isinstance(verifier, AllOf | Weighted):
+        return [v for inner in verifier.verifiers for v in leaves(inner)]
+    return [verifier]
+
+
+def judges(spec: Any) -> list[Judge]:
+    """The judges a verifier spec asks (each verifier's ``judges()``, where it has one)."""
+    return [j for v in leaves(build_verifier(spec)) for j in getattr(v, "judges", list)()]
+
+
 def validate_spec(spec: Any) -> None:
     """Raise :class:`SpecError` when ``spec`` would not build; used when tasks are loaded."""
     build_verifier(spec)
@@ -162,6 +174,8 @@ __all__ = [
     "VerifierModel",
     "Weighted",
     "build_verifier",
+    "judges",
+    "leaves",
     "validate_spec",
     "verify",
 ]

@@ -49,6 +49,7 @@ from rewards.base import Verdict
 from rewards.common import VERIFIER_DIR, AllOf, VerifierModel, Weighted, verifier_dir
 from rewards.page_state import PageState
 from rewards.registry import build_verifier
+from rewards.registry import leaves as _flatten
 
 if TYPE_CHECKING:
     from tasks.schema import Task
@@ -80,12 +81,6 @@ class _NoSandbox:
 
     def __getattr__(self, name: str) -> Any:
         raise RuntimeError(f"an answer verifier used the sandbox ({name})")
-
-
-def _flatten(verifier: Any) -> list[VerifierModel]:
-    if isinstance(verifier, AllOf | Weighted):
-        return [v for inner in verifier.verifiers for v in _flatten(inner)]
-    return [verifier]
 
 
 def _combine(node: Any, verdicts: Iterator[Verdict]) -> Verdict:
