@@ -48,7 +48,12 @@ NETWORK = ("Could not resolve", "Temporary failure", "Network is unreachable",
            "Name or service not known", "no alias maps", "does not have it",
            "Failed to connect", "curl: (6)", "curl: (7)", "getaddrinfo",
            "returned a non-zero code: 127", "CERTIFICATE_VERIFY_FAILED")  # fmt: skip
-OPENFORGE_FIELDS = (*UNSUPPORTED, "steps", "environment.gpus", "environment/docker-compose")
+# fields OpenForge refuses because it cannot honour them yet, not because the task is wrong
+OPENFORGE_FIELDS = (*UNSUPPORTED, "steps", "environment.gpus", "environment/docker-compose",
+                    "environment.os", "environment.gpu_types", "environment.tpu",
+                    "environment.allowed_hosts", "agent.allowed_hosts", "agent.network_mode",
+                    "verifier.allowed_hosts", "verifier.network_mode", "verifier.collect",
+                    "artifacts")  # fmt: skip
 
 
 def _cause_of_problem(field: str) -> str:

@@ -27,15 +27,13 @@ def _module() -> Any:
 def test_rows_for_every_folder_and_the_cause_of_each_miss(tmp_path: Path) -> None:
     hc = _module()
     shutil.copytree(ROOT / "examples/harbor/csv-total", tmp_path / "good")
-    shutil.copytree(ROOT / "examples/harbor/csv-total", tmp_path / "skills")
-    toml = tmp_path / "skills" / "task.toml"
-    toml.write_text(
-        toml.read_text().replace("[environment]\n", '[environment]\nskills_dir = "/s"\n')
-    )
+    shutil.copytree(ROOT / "examples/harbor/csv-total", tmp_path / "public")
+    toml = tmp_path / "public" / "task.toml"
+    toml.write_text(toml.read_text().replace("[agent]\n", '[agent]\nnetwork_mode = "public"\n'))
     rows, tasks = hc.load(tmp_path)
     assert [t.id for t in tasks] == ["good"] and rows["good"]["load"] == "ok"
-    assert rows["skills"]["load"].startswith("environment.skills_dir: skills are not wired")
-    assert rows["skills"]["cause"] == "OpenForge"  # a field OpenForge does not run yet
+    assert rows["public"]["load"].startswith("agent.network_mode: public for one phase")
+    assert rows["public"]["cause"] == "OpenForge"  # a field OpenForge does not run yet
 
     def ep(reward: float, out: str = "", status: str = "ok") -> dict[str, Any]:
         outputs = {"test-stdout.txt": out}
