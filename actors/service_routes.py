@@ -77,7 +77,8 @@ def service_routes(prefix: str, pod: Any) -> list[BaseRoute]:
         via = via if via in VIA else "api"
         service, op = request.path_params["service"], request.path_params["op"]
         try:
-            return JSONResponse(world.call(service, op, args, via, turn))
+            # off the event loop: a task's own HTTP service answers over the network
+            return JSONResponse(await asyncio.to_thread(world.call, service, op, args, via, turn))
         except ServiceError as e:
             return _error(400, str(e))
 
@@ -93,7 +94,8 @@ def service_routes(prefix: str, pod: Any) -> list[BaseRoute]:
         entries = {e["service"]: e for e in world.catalog()}
         if service not in entries:
             return _error(404, f"service: {service!r} is not offered here")
-        reply = mcp_reply(
+        reply = await asyncio.to_thread(
+            mcp_reply,
             message,
             service,
             lambda: entries[service],

@@ -243,12 +243,16 @@ async def run_attempt(
         log.exception("attempt %s/%s of %s: sandbox error", episode_id, attempt, task.id)
         error = f"{type(e).__name__}: {e}"
     except asyncio.CancelledError:  # the run is stopping: leave nothing behind
-        pod.close_attempt(episode_id, attempt)
+        closed = pod.close_attempt(episode_id, attempt)
+        if closed.world is not None:
+            closed.world.close()
         _end_phase(pod, "agent", egress)
         await asyncio.shield(asyncio.to_thread(sandbox.destroy))
         pod.sandboxes.discard(sandbox)
         raise
     state = pod.close_attempt(episode_id, attempt)
+    if state.world is not None:  # a task's own HTTP services: what they did, then stopped
+        await asyncio.to_thread(state.world.close)
     egress_log = _end_phase(pod, "agent", egress)
     stalled = result is not None and result.timed_out and not clock.fired
     failure, truncated = classify_end(result, state, task.limits.max_turns, stalled=stalled)

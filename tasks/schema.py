@@ -29,6 +29,7 @@ from pydantic import (
 from rewards.registry import validate_spec
 from tasks.environment import Environment
 from tasks.services import APPS, check_apps
+from tasks.services.http import http_spec
 
 ID_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
 
@@ -149,8 +150,8 @@ class ServiceCall(BaseModel):
 
     @model_validator(mode="after")
     def _known(self) -> ServiceCall:
-        if self.service not in APPS:
-            raise ValueError(f"service: unknown {self.service!r} (known: {', '.join(APPS)})")
+        if self.service not in APPS:  # a task's own HTTP service: checked against its apps
+            return self
         op = APPS[self.service].ops.get(self.op)
         if op is None:
             raise ValueError(f"op: {self.service} has no {self.op!r}")
@@ -270,8 +271,9 @@ class Task(BaseModel):
     apps: dict[str, Any] = Field(
         default_factory=dict,
         description="Services offered as tools (mail, calendar, contacts, notes, kv: "
-        "tasks.services), each with its seed ('default' or its state). They are kept by the "
-        "HarnessPod, beside the sandbox and out of its reach; the verifier reads their state.",
+        "tasks.services), each with its seed ('default' or its state), or the task's own HTTP "
+        "service ({http: {...}}: tasks.services.http). They are kept by the HarnessPod, beside "
+        "the sandbox and out of its reach; the verifier reads their state.",
     )
     environment: Environment | None = Field(
         default=None,
@@ -325,6 +327,20 @@ class Task(BaseModel):
     def _verifier_builds(cls, v: Any) -> Any:
         validate_spec(v)  # raises rewards.common.SpecError (a ValueError) naming the field
         return v
+
+    @model_validator(mode="after")
+    def _steps_call_offered_services(self) -> Task:
+        for i, step in enumerate(self.solution):
+            if not isinstance(step, ServiceCall):
+                continue
+            if step.service not in self.apps:
+                offered = ", ".join(self.apps) or "none"
+                raise ValueError(f"solution.{i}.service: {step.service!r} is not in apps "
+                                 f"(offered: {offered})")  # fmt: skip
+            spec = http_spec(self.apps[step.service])
+            if spec is not None and step.op not in {t.op for t in spec.tools}:
+                raise ValueError(f"solution.{i}.op: {step.service} has no {step.op!r}")
+        return self
 
     @property
     def source(self) -> str | None:

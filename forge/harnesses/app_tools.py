@@ -16,10 +16,11 @@ commands, :func:`cli_hint`).
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from forge.sandboxes.bwrap import HOME
-from tasks.services import BIN, CLIENT_HOST, MOUNT, skill_md
+from tasks.services import BIN, CLIENT_HOST, MOUNT, catalog, skill_md
 
 if TYPE_CHECKING:
     from forge.harnesses.base import AttemptContext
@@ -37,8 +38,11 @@ def app_mounts(task: Task) -> dict[str, str]:
 
 
 def app_extra(task: Task) -> dict[str, str]:
-    """``AttemptContext.extra`` entries: ``apps``, the services offered (comma-separated)."""
-    return {"apps": ",".join(task.apps)} if task.apps else {}
+    """``AttemptContext.extra`` entries: ``apps``, the services offered (comma-separated), and
+    ``catalog``, their operations (JSON: :func:`tasks.services.catalog`)."""
+    if not task.apps:
+        return {}
+    return {"apps": ",".join(task.apps), "catalog": json.dumps(catalog(task.apps))}
 
 
 def offered(ctx: AttemptContext) -> list[str]:
@@ -64,10 +68,11 @@ def app_env(task: Task, ctx: AttemptContext, env: dict[str, str]) -> dict[str, s
 
 def cli_hint(task: Task) -> str:
     """What a harness that meets the services only as commands is told, after the instruction."""
-    names = ", ".join(f"`{name}`" for name in task.apps)
+    commands = [entry["command"] for entry in catalog(task.apps)]
+    names = ", ".join(f"`{c}`" for c in commands)
     return (
         f"\n\nService commands available in the shell: {names} "
-        f"(run `{next(iter(task.apps))} --help` to see the operations; each prints JSON)."
+        f"(run `{commands[0]} --help` to see the operations; each prints JSON)."
     )
 
 
@@ -97,4 +102,5 @@ def mcp_servers(ctx: AttemptContext, python: str = "python3") -> dict[str, dict[
 def skills(ctx: AttemptContext, skills_dir: str = SKILLS_DIR) -> dict[str, str]:
     """``SKILL.md`` files for the offered services, one folder each under ``skills_dir``
     (sandbox path -> text)."""
-    return {f"{skills_dir.rstrip('/')}/{name}/SKILL.md": skill_md(name) for name in offered(ctx)}
+    entries = json.loads(ctx.extra.get("catalog") or "[]")
+    return {f"{skills_dir.rstrip('/')}/{e['service']}/SKILL.md": skill_md(e) for e in entries}

@@ -63,7 +63,7 @@ class Failed(Exception):
     """The display or a service did not come up."""
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child before exec: SIGKILL when this launcher dies (even by SIGKILL), so nothing
     outlives it where no pid namespace does that (an unisolated sandbox)."""
     if _LIBC is not None:
@@ -105,7 +105,7 @@ class Launcher:
                 stderr=subprocess.STDOUT,
                 env=self.service_env,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
                 **kw,
             )
         self.groups.append((name, proc))

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
 from tasks.services import calendar, contacts, kv, mail, notes
 from tasks.services.base import App, Op, ServiceError
+from tasks.services.http import HttpApp, catalog_entry, http_spec
 
 APPS: dict[str, App] = {
     a.name: a for a in (mail.APP, calendar.APP, contacts.APP, notes.APP, kv.APP)
@@ -26,13 +28,19 @@ MOUNT = "/opt/forge/services"  # where the sandbox sees this folder (client.py, 
 BIN = f"{MOUNT}/bin"  # one command per service, on the sandbox's PATH
 MAX_RESULT_CHARS = 20_000
 
-__all__ = ["APPS", "App", "Op", "ServiceError", "World", "check_apps", "skill_md"]
+__all__ = ["APPS", "App", "Op", "ServiceError", "World", "catalog", "check_apps", "skill_md"]
 
 
 def check_apps(apps: dict[str, Any]) -> dict[str, Any]:
-    """A task's ``apps`` with every seed valid (``default`` or a mapping); ValueError naming the
-    service otherwise."""
+    """A task's ``apps`` with every seed valid (``default``, a mapping, or ``{http: {...}}`` for a
+    task's own HTTP service, :mod:`tasks.services.http`); ValueError naming the service
+    otherwise."""
     for name, seed in apps.items():
+        try:
+            if http_spec(seed) is not None:
+                continue
+        except ValueError as e:
+            raise ValueError(f"{name}.http: {e}") from None
         if name not in APPS:
             raise ValueError(f"{name}: unknown service (known: {', '.join(APPS)})")
         if seed != "default" and not isinstance(seed, dict):
@@ -47,33 +55,30 @@ def check_apps(apps: dict[str, Any]) -> dict[str, Any]:
 
 
 class World:
-    """The services of one attempt: their state and the calls made, in order."""
+    """The services of one attempt: their state and the calls made, in order. A task's own
+    HTTP services (:class:`tasks.services.http.HttpApp`) run from here until :meth:`close`."""
 
     def __init__(self, apps: dict[str, Any]) -> None:
         self.state: dict[str, dict[str, Any]] = {}
-        for name, seed in apps.items():
-            seed = APPS[name].default_seed() if seed == "default" else copy.deepcopy(seed)
-            self.state[name] = APPS[name].initial(seed)
+        self.http: dict[str, HttpApp] = {}
         self.calls: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self.apps = apps
+        try:
+            for name, seed in apps.items():
+                spec = http_spec(seed)
+                if spec is not None:
+                    self.http[name] = HttpApp(name, spec)
+                    continue
+                seed = APPS[name].default_seed() if seed == "default" else copy.deepcopy(seed)
+                self.state[name] = APPS[name].initial(seed)
+        except BaseException:
+            self.close()
+            raise
 
     def catalog(self) -> list[dict[str, Any]]:
         """The operations offered: one entry a service, its operations with their schemas."""
-        return [
-            {
-                "service": name,
-                "description": APPS[name].description,
-                "ops": [
-                    {
-                        "name": op.name,
-                        "description": op.description,
-                        "writes": op.writes,
-                        "parameters": op.schema(),
-                    }
-                    for op in APPS[name].ops.values()
-                ],
-            }
-            for name in self.state
-        ]
+        return catalog(self.apps)
 
     def call(self, service: str, op: str, args: Any, via: str = "api", turn: int = 0) -> Any:
         """Run one operation; ServiceError (the caller's mistake) names what was wrong. Every
@@ -81,6 +86,8 @@ class World:
         it followed."""
         record: dict[str, Any] = {"service": service, "op": op, "via": via, "turn": turn}
         self.calls.append(record)
+        if service in self.http:
+            return self._call_http(record, self.http[service], op, args)
         if service not in self.state:
             offered = ", ".join(self.state) or "none"
             record["error"] = "unknown service"
@@ -92,7 +99,8 @@ class World:
             raise ServiceError(f"op: {service} has no operation {op!r} (it has: {known})")
         record["writes"] = definition.writes
         try:
-            result = definition.run(self.state[service], **definition.check(args))
+            with self._lock:
+                result = definition.run(self.state[service], **definition.check(args))
         except ServiceError as e:
             record["error"] = str(e)[:200]
             raise
@@ -100,33 +108,66 @@ class World:
             raise ServiceError(f"{op}: the result is over {MAX_RESULT_CHARS} characters")
         return result
 
+    def _call_http(self, record: dict[str, Any], app: HttpApp, op: str, args: Any) -> Any:
+        record["writes"] = any(o["name"] == op and o["writes"] for o in app.catalog_entry()["ops"])
+        try:
+            return app.call(op, args)
+        except ServiceError as e:
+            record["error"] = str(e)[:200]
+            raise
+
+    def close(self) -> None:
+        """Stop the task's own HTTP services, keeping what each did (idempotent)."""
+        for app in self.http.values():
+            app.close()
+
     def snapshot(self) -> dict[str, Any]:
-        return copy.deepcopy(self.state)
+        with self._lock:
+            state = copy.deepcopy(self.state)
+        return {**state, **{name: app.snapshot() for name, app in self.http.items()}}
 
 
-def skill_md(service: str) -> str:
-    """The ``SKILL.md`` of one service: its command-line tool, for harnesses that read skills."""
-    definition = APPS[service]
+def catalog(apps: dict[str, Any]) -> list[dict[str, Any]]:
+    """The catalog of a task's ``apps``: one entry a service (its ``command`` in the sandbox's
+    shell, its operations with their JSON Schemas), the same before and during an attempt."""
+    out = []
+    for name, seed in apps.items():
+        spec = http_spec(seed)
+        if spec is not None:
+            out.append({**catalog_entry(name, spec), "command": f"forge-service {name}"})
+            continue
+        ops = [{"name": op.name, "description": op.description, "writes": op.writes,
+                "parameters": op.schema()} for op in APPS[name].ops.values()]  # fmt: skip
+        out.append({"service": name, "description": APPS[name].description, "command": name,
+                    "ops": ops})  # fmt: skip
+    return out
+
+
+def skill_md(entry: dict[str, Any]) -> str:
+    """The ``SKILL.md`` of one service (its :func:`catalog` entry): its command-line tool, for
+    harnesses that read skills."""
+    service, command, about = entry["service"], entry["command"], entry["description"]
     lines = [
         "---",
         f"name: {service}",
-        f"description: {definition.description} Use the `{service}` command in the shell.",
+        f"description: {about} Use the `{command}` command in the shell.",
         "---",
         "",
         f"# {service}",
         "",
-        f"{definition.description} Run `{service} OPERATION [--param value ...]` in the "
-        "shell; it prints JSON. List values are comma-separated "
-        "(`--to a@x.example,b@y.example`). `" + service + " --help` lists the operations.",
+        f"{about} Run `{command} OPERATION [--param value ...]` in the shell; it prints JSON. "
+        "List values are comma-separated (`--to a@x.example,b@y.example`), objects JSON. "
+        f"`{command} --help` lists the operations.",
         "",
     ]
-    for op in definition.ops.values():
+    for op in entry["ops"]:
+        props = op["parameters"].get("properties") or {}
+        required = set(op["parameters"].get("required") or [])
         args = " ".join(
-            f"--{k} {k.upper()}" if p.required else f"[--{k} {k.upper()}]"
-            for k, p in op.params.items()
+            f"--{k} {k.upper()}" if k in required else f"[--{k} {k.upper()}]" for k in props
         )
-        command = f"{service} {op.name} {args}".strip()
-        lines.append(f"- `{command}`: {op.description}")
-        for k, p in op.params.items():
-            lines.append(f"  - `--{k}` ({p.type}): {p.description}")
+        usage = f"{command} {op['name']} {args}".strip()
+        lines.append(f"- `{usage}`: {op['description']}")
+        for k, p in props.items():
+            lines.append(f"  - `--{k}` ({p.get('type', 'string')}): {p.get('description', '')}")
     return "\n".join(lines) + "\n"

@@ -72,7 +72,7 @@ def call(service: str, op: str, args: dict[str, Any], via: str = "cli") -> Any:
 
 
 def usage(entry: dict[str, Any]) -> str:
-    name = entry["service"]
+    name = entry.get("command") or entry["service"]
     lines = [f"usage: {name} OPERATION [--param value ...]   ({entry['description']})", ""]
     for op in entry["ops"]:
         params = op["parameters"]
@@ -84,7 +84,9 @@ def usage(entry: dict[str, Any]) -> str:
         lines.append(f"  {name} {op['name']} {shown}".rstrip())
         lines.append(f"      {op['description']}")
     lines.append("")
-    lines.append("Lists are comma-separated (--to a@x.example,b@y.example); prints JSON.")
+    lines.append(
+        "Lists are comma-separated (--to a@x.example,b@y.example), objects JSON; prints JSON."
+    )
     return "\n".join(lines)
 
 
@@ -114,6 +116,16 @@ def parse_args(words: list[str], schema: dict[str, Any]) -> dict[str, Any]:
             out[key] = value.lower() in ("1", "true", "yes", "on")
         elif kind == "integer":
             out[key] = int(value) if value.lstrip("-").isdigit() else value
+        elif kind == "number":
+            try:
+                out[key] = float(value)
+            except ValueError:
+                out[key] = value
+        elif kind == "object" or (kind == "array" and value.lstrip().startswith("[")):
+            try:
+                out[key] = json.loads(value)
+            except ValueError:
+                raise Refused(f"--{key}: expected JSON, got {value!r}") from None
         else:
             out[key] = value  # arrays: the service splits on commas
         i += 1

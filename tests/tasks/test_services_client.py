@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.services import APPS, ServiceError, World, check_apps, skill_md
+from tasks.services import APPS, ServiceError, World, catalog, check_apps, skill_md
 from tasks.services.client import Refused, mcp_reply, parse_args
 
 
@@ -43,7 +43,7 @@ def test_the_cli_types_its_arguments_by_the_schema() -> None:
 
 
 def test_skill_md_describes_every_operation() -> None:
-    text = skill_md("calendar")
+    text = skill_md(catalog({"calendar": "default"})[0])
     assert text.startswith("---\nname: calendar\n")
     for op in APPS["calendar"].ops:
         assert f"`calendar {op}" in text
