@@ -3,9 +3,11 @@
 For each harness in turn a Scheduler plays ``k`` attempts of every task (no retries: an attempt
 that fails counts as a failure, with its reason) and the episodes are scored:
 
-    pass@1   mean over tasks of c/k (c: attempts of the task that passed, reward >= 1)
+    pass@1   mean over tasks of c/k (c: attempts of the task that passed: reward >= the
+             task's pass_threshold, 1 unless its benchmark sets another, ClawEval 0.75)
     pass@k   share of tasks with at least one passing attempt
     pass^k   share of tasks whose k attempts all passed (reliability)
+    (c/k)^k  mean over tasks of (c/k)^k: ClawEval's pass^k estimator, shown beside ours
 
 plus mean turns, tool calls by tool name and failures by reason. ``DIR/eval.json`` holds
 ``{"harnesses": {NAME: {...}}}``, ``DIR/eval.md`` the table, ``DIR/<harness>/episodes.jsonl``
@@ -59,13 +61,17 @@ PROGRESS_EVERY_S = 15.0
 
 
 def score(
-    tasks: list[str], episodes: list[Episode], k: int, failures: dict[str, int]
+    tasks: list[str],
+    episodes: list[Episode],
+    k: int,
+    failures: dict[str, int],
+    thresholds: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """The metrics of one harness from its ok episodes and its failed attempts' reasons (a
-    failed attempt counts as not passed)."""
+    failed attempt counts as not passed); ``thresholds``: a task's pass_threshold, if not 1."""
     passed: Counter[str] = Counter()
     for ep in episodes:
-        if ep.status == "ok" and ep.reward >= 1.0:
+        if ep.status == "ok" and ep.reward >= (thresholds or {}).get(ep.task_id, 1.0):
             passed[ep.task_id] += 1
     n = max(1, len(tasks))
     tools: Counter[str] = Counter()
@@ -78,6 +84,7 @@ def score(
         "pass@1": sum(min(passed[t], k) / k for t in tasks) / n,
         "pass@k": sum(1 for t in tasks if passed[t] > 0) / n,
         "pass^k": sum(1 for t in tasks if passed[t] >= k) / n,
+        "pass^k_est": sum((min(passed[t], k) / k) ** k for t in tasks) / n,
         "k": k,
         "tasks": len(tasks),
         "episodes": len(episodes) + sum(failures.values()),
@@ -273,6 +280,7 @@ def summary(name: str, r: dict[str, Any]) -> str:
     rates = f"pass@1 {r['pass@1']:.3f}"
     if k > 1:
         rates += f", pass@{k} {r['pass@k']:.3f}, pass^{k} {r['pass^k']:.3f}"
+        rates += f", (c/k)^{k} {r.get('pass^k_est', 0.0):.3f}"
     failed = sum(r["failures"].values())
     if not failed:
         return f"[forge] {name}: {rates} ({r['episodes']} episodes, {r['seconds']:.0f}s)"
@@ -351,7 +359,8 @@ def evaluate(config: RunConfig, agents: list[Agent], k: int, out: Path) -> dict[
         with open(folder / "episodes.jsonl", "w") as f:
             for ep in episodes:
                 f.write(json.dumps(ep.to_dict()) + "\n")
-        results[name] = score([t["id"] for t in tasks], episodes, k, failures)
+        bars = {t["id"]: t["pass_threshold"] for t in tasks if t.get("pass_threshold", 1.0) != 1}
+        results[name] = score([t["id"] for t in tasks], episodes, k, failures, bars)
         results[name].update(
             harness=agent.harness,
             source=agent.source,

@@ -72,6 +72,7 @@ def _satisfies(record: dict[str, Any], spec: dict[str, Any]) -> list[str]:
 class AppState(VerifierModel):
     kind: ClassVar[str] = "app_state"
     reads_sandbox: ClassVar[bool] = False  # it reads the services' state, not the workspace
+    reads_state: ClassVar[bool] = True
 
     service: str = Field(description="The service whose state is read (mail, calendar, ...).")
     collection: str = Field(
@@ -88,7 +89,9 @@ class AppState(VerifierModel):
     def verify(self, sandbox: Sandbox, final_answer: str | None) -> Verdict:
         raise RuntimeError("app_state reads the services' state: verify_state(apps)")
 
-    def verify_state(self, apps: dict[str, Any] | None) -> Verdict:
+    def verify_state(
+        self, apps: dict[str, Any] | None, transcript: Any = None, final_answer: str | None = None
+    ) -> Verdict:
         state = (apps or {}).get(self.service)
         if state is None:
             return Verdict(0.0, f"{self.service}: this attempt had no such service")

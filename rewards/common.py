@@ -51,6 +51,9 @@ class VerifierModel(BaseModel):
     kind: ClassVar[str] = ""
     reads_sandbox: ClassVar[bool] = True  # False: judges the final answer alone
     runs_commands: ClassVar[bool] = False  # True: may change the sandbox it is given
+    # True: it reads what the HarnessPod kept (services, page application), not a sandbox:
+    # verify_state(apps, transcript, final_answer)
+    reads_state: ClassVar[bool] = False
 
     def own_files(self) -> dict[str, str]:
         """The verifier's own files (relative path -> text), written under the verifier

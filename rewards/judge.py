@@ -141,13 +141,21 @@ class Judge(VerifierModel):
         return None if not found else min(1.0, max(0.0, float(found[-1])))
 
     def verify_with(self, sandbox: Sandbox, final_answer: str | None, transcript: Any) -> Verdict:
+        prompt = self.prompt(sandbox, final_answer, transcript)
+        reward, record = self.score(prompt)
+        shown = ", ".join("-" if c["vote"] is None else f"{c['vote']:g}" for c in record["calls"])
+        detail = f"judge {record['model']}: {self.aggregate} of [{shown}] = {reward:g}"
+        return Verdict(reward, detail, outputs={"judge": json.dumps(record)})
+
+    def score(self, prompt: str) -> tuple[float, dict[str, Any]]:
+        """``(reward, record)`` of asking ``prompt`` ``n`` times (JudgeUnavailable when the
+        judge cannot be asked); the record is what the episode keeps of the calls."""
         model = self.model or os.environ.get(MODEL_ENV)
         base_url = self.base_url or os.environ.get(BASE_URL_ENV)
         if not model or not base_url:
             raise JudgeUnavailable(
                 f"judge: no model or base_url (set ${MODEL_ENV}, ${BASE_URL_ENV})"
             )
-        prompt = self.prompt(sandbox, final_answer, transcript)
         calls, votes = [], []
         for i in range(self.n):
             t0 = time.perf_counter()
@@ -165,9 +173,7 @@ class Judge(VerifierModel):
         record = {"rubric_hash": rubric_hash(self.rubric), "model": model, "api": self.api,
                   "aggregate": self.aggregate, "reward": reward, "calls": calls,
                   "prompt_sha256": hashlib.sha256(prompt.encode()).hexdigest()}  # fmt: skip
-        shown = ", ".join("-" if v is None else f"{v:g}" for v in (c["vote"] for c in calls))
-        detail = f"judge {model}: {self.aggregate} of [{shown}] = {reward:g}"
-        return Verdict(reward, detail, outputs={"judge": json.dumps(record)})
+        return reward, record
 
 
 def judge_usage(outputs: dict[str, str]) -> tuple[int, int, float]:

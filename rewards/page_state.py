@@ -90,6 +90,7 @@ class PageState(VerifierModel):
 
     kind: ClassVar[str] = "page_state"
     reads_sandbox: ClassVar[bool] = False  # it reads the state the HarnessPod kept
+    reads_state: ClassVar[bool] = True
     expect: dict[str, Any] = Field(
         default_factory=dict, description="Shorthand: path -> the JSON value it equals."
     )
@@ -117,7 +118,9 @@ class PageState(VerifierModel):
     def verify(self, sandbox: Sandbox, final_answer: str | None) -> Verdict:
         raise RuntimeError("page_state reads the page application's state: verify_state(apps)")
 
-    def verify_state(self, apps: dict[str, Any] | None) -> Verdict:
+    def verify_state(
+        self, apps: dict[str, Any] | None, transcript: Any = None, final_answer: str | None = None
+    ) -> Verdict:
         """The verdict on the state the HarnessPod kept (``apps["page"]``)."""
         doc = (apps or {}).get(PAGE)
         if doc is None:

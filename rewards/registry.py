@@ -26,6 +26,7 @@ from forge.sandboxes.base import Sandbox
 from rewards.answer import AnswerChars, AnswerEquals, AnswerRegex
 from rewards.app_state import AppState
 from rewards.base import Verdict, Verifier, VerifierSpec
+from rewards.claweval import ClawEval
 from rewards.command import Command
 from rewards.common import AllOf, SpecError, VerifierModel, Weighted, join_field
 from rewards.files import FileAbsent, FileEquals, FileExists, FileRegex
@@ -54,6 +55,7 @@ VERIFIERS: dict[str, type[VerifierModel]] = {
         TranscriptCheck,
         Judge,
         QwenClawBench,
+        ClawEval,
     )
 }
 

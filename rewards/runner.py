@@ -44,10 +44,8 @@ from typing import TYPE_CHECKING, Any
 from forge.sandboxes.base import ArchiveTooLarge, ExecResult, Sandbox, SandboxSpec
 from forge.sandboxes.bwrap import HOME
 from forge.sandboxes.task_services import ENTRY_LOG
-from rewards.app_state import AppState
 from rewards.base import Verdict
 from rewards.common import VERIFIER_DIR, AllOf, VerifierModel, Weighted, verifier_dir
-from rewards.page_state import PageState
 from rewards.registry import build_verifier
 from rewards.registry import leaves as _flatten
 
@@ -239,8 +237,8 @@ def run_verifier(
     box: Sandbox | None = None
     try:
         for v in verifiers:
-            if isinstance(v, (AppState, PageState)):
-                verdicts.append(v.verify_state(apps))
+            if v.reads_state:
+                verdicts.append(v.verify_state(apps, transcript, answer))  # type: ignore[attr-defined]
                 continue
             if v.reads_sandbox and box is None:
                 assert workspace is not None

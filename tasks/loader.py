@@ -19,7 +19,7 @@ import yaml
 from pydantic import ValidationError
 
 from rewards.common import join_field
-from tasks import claw_gen, harbor, qwenclawbench
+from tasks import claw_gen, claweval, harbor, qwenclawbench
 from tasks.errors import TaskError, validation_problems
 from tasks.schema import Task
 
@@ -121,12 +121,15 @@ def load_suite(
     name (``claw-gen/train``: :mod:`tasks.claw_gen`) builds its tasks instead, and
     ``harbor:PATH`` reads Harbor-format task folders (:mod:`tasks.harbor`; given ``skipped``,
     a folder that cannot load is added to it and the rest load), ``qwenclawbench:PATH`` a
-    QwenClawBench checkout (:mod:`tasks.qwenclawbench`, the same way)."""
+    QwenClawBench checkout (:mod:`tasks.qwenclawbench`, the same way) and ``claweval:PATH`` a
+    ClawEval checkout (:mod:`tasks.claweval`, the same way)."""
     text = str(name_or_path)
     if harbor.is_harbor(text):
         return harbor.load(text, skipped)
     if qwenclawbench.is_qwenclawbench(text):
         return qwenclawbench.load(text, skipped)
+    if claweval.is_claweval(text):
+        return claweval.load(text, skipped)
     if claw_gen.is_generated(text) and not Path(text).exists():
         try:
             return claw_gen.load(text)

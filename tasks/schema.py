@@ -285,6 +285,13 @@ class Task(BaseModel):
         "checked (Harbor's allow_internet): its agent and verify phases are open, where the "
         "run's sandbox.network.honour_task_requests allows it.",
     )
+    pass_threshold: float = Field(
+        default=1.0,
+        gt=0.0,
+        le=1.0,
+        description="The reward at which an attempt counts as passed in pass@k and pass^k (a "
+        "benchmark's own bar: ClawEval's is 0.75).",
+    )
     tags: list[str] = Field(default_factory=list, description="Free-form labels for filtering.")
 
     _source: str | None = PrivateAttr(default=None)
@@ -354,4 +361,7 @@ class Task(BaseModel):
             s if isinstance(s, str) else s.model_dump(exclude_defaults=isinstance(s, GuiAction))
             for s in self.solution
         ]
+        for step in steps:  # a task's own HTTP service's command is forge-service NAME
+            if isinstance(step, dict) and http_spec(self.apps.get(step.get("service"))):
+                step["command"] = f"forge-service {step['service']}"
         return {"task_id": self.id, "steps": steps, "answer": self.answer}

@@ -38,12 +38,14 @@ def find_service_tool(tools: list[Tool], service: str, op: str) -> Tool | None:
 
 def cli_command(step: dict[str, Any]) -> str:
     """The step as a command line of the service's command-line tool."""
-    words = [step["service"], step["op"]]
+    words = [*shlex.split(step.get("command") or step["service"]), step["op"]]
     for key, value in (step.get("args") or {}).items():
         if isinstance(value, bool):
             value = "true" if value else "false"
-        elif isinstance(value, list):
-            value = ",".join(map(str, value))
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            value = ",".join(value)
+        elif isinstance(value, dict | list):
+            value = json.dumps(value, ensure_ascii=False)
         words += [f"--{key}", str(value)]
     return shlex.join(words)
 

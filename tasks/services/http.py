@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -158,7 +159,8 @@ class HttpApp:
             raise ServiceError(f"{op}: the arguments are a JSON object")
         self._wait_ready()
         url = self.base + tool.path
-        record = {"tool_name": tool.name, "endpoint_url": url, "request_body": args}
+        record = {"tool_name": tool.name, "endpoint_url": url, "request_body": args,
+                  "timestamp": datetime.now(UTC).isoformat()}  # fmt: skip
         t0 = time.perf_counter()
         try:
             r = self._client.request(tool.method, url, json=args)
