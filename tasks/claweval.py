@@ -63,7 +63,8 @@ def task_dirs(root: Path) -> list[Path]:
 def _left_out(meta: dict[str, Any], grader: str) -> list[tuple[str, str]]:
     """Why the task cannot run here (field, reason); empty when it can."""
     out = []
-    live = [s.get("name") for s in meta.get("services") or [] if "web_real" in str(s.get("command"))]
+    services = meta.get("services") or []
+    live = [s.get("name") for s in services if "web_real" in str(s.get("command"))]
     if live and not os.environ.get(SEARCH_KEY):
         out.append(("services", f"{live[0]} searches the live web: needs ${SEARCH_KEY} and the "
                     "internet (set the key to run it)"))  # fmt: skip
@@ -179,11 +180,17 @@ def load_task(folder: Path, root: Path) -> Task:
         "files": files,
         "binary_files": binary,
         "apps": apps,
-        "limits": {"timeout_s": float(env.get("timeout_seconds") or 300),
-                   "max_turns": int(env.get("max_turns") or 20)},  # fmt: skip
+        "limits": {
+            "timeout_s": float(env.get("timeout_seconds") or 300),
+            "max_turns": int(env.get("max_turns") or 20),
+        },
         "pass_threshold": PASS_THRESHOLD,
-        "verifier": {"type": "claweval", "root": str(root), "task_dir": str(folder.resolve()),
-                     "asks_judge": "judge." in source},  # fmt: skip
+        "verifier": {
+            "type": "claweval",
+            "root": str(root),
+            "task_dir": str(folder.resolve()),
+            "asks_judge": "judge." in source,
+        },
         "tags": ["claweval", str(meta.get("category") or "")],
     }
     return build_task(data, str(spec))

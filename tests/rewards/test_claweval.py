@@ -25,10 +25,12 @@ PACKING = {"title": "Packing list", "body": "passport, phone charger", "tags": [
 SUMMARY = {"title": "Work summary", "body": "Ship the parser on Friday; read Lena's design doc."}
 SOLUTIONS = {  # written here: the benchmark ships none
     "f01_packing_list": (
-        [{"service": "notebook", "op": "list_notes", "args": {"tag": "trip"}},
-         {"service": "notebook", "op": "add_note", "args": PACKING}],
+        [
+            {"service": "notebook", "op": "list_notes", "args": {"tag": "trip"}},
+            {"service": "notebook", "op": "add_note", "args": PACKING},
+        ],
         "Done.",
-    ),  # fmt: skip
+    ),
     "f02_capital": ([], "The capital of Australia is Canberra."),
     "f03_work_summary": (
         [{"service": "notebook", "op": "add_note", "args": SUMMARY}],
@@ -41,7 +43,7 @@ pytestmark = pytest.mark.skipif(not bwrap_works(), reason="needs bubblewrap")
 def _reply(prompt: str) -> str:
     """1 for Canberra in the answer, or a note covering both work notes; 0 otherwise."""
     shown = prompt.split("RUBRIC:", 1)[-1]
-    rubric, evidence = shown.split("\n\n", 1) if "\n\n" in shown else (shown, "")
+    _rubric, evidence = shown.split("\n\n", 1) if "\n\n" in shown else (shown, "")
     good = "Canberra" in evidence or ("parser" in evidence and "design doc" in evidence)
     return json.dumps({"score": 1.0 if good else 0.0, "reasoning": "scripted"})
 
@@ -56,7 +58,8 @@ def _tasks() -> dict[str, Task]:
     out = {}
     for task in load_suite(f"claweval:{FIXTURES}", []):
         steps, answer = SOLUTIONS[task.id]
-        out[task.id] = Task.model_validate({**task.model_dump(), "solution": steps, "answer": answer})
+        data = {**task.model_dump(), "solution": steps, "answer": answer}
+        out[task.id] = Task.model_validate(data)
     return out
 
 
@@ -91,9 +94,8 @@ def test_the_grader_reads_what_the_service_did_not_the_workspace(tmp_path, judge
     task = _tasks()["f03_work_summary"]
     # the agent rewrites its copy of the notebook and claims the count: the service's audit
     # has no summary note, so only the reply's count scores (0.4 of completion)
-    forged = [{"path": "fixtures/notebook/notes.json",
-               "content": json.dumps([{"id": "n9", "title": "Work summary",
-                                       "body": "parser, design doc", "tags": ["work"]}])}]  # fmt: skip
+    note = {"id": "n9", "title": "Work summary", "body": "parser, design doc", "tags": ["work"]}
+    forged = [{"path": "fixtures/notebook/notes.json", "content": json.dumps([note])}]
     ep = _play(tmp_path, Task.model_validate({**task.model_dump(), "solution": forged}))
     assert ep.reward == pytest.approx(0.8 * 0.4), ep.verifier_detail
     scores = json.loads(ep.verifier_outputs["scores"])
