@@ -126,8 +126,10 @@ def parse_args(words: list[str], schema: dict[str, Any]) -> dict[str, Any]:
                 out[key] = json.loads(value)
             except ValueError:
                 raise Refused(f"--{key}: expected JSON, got {value!r}") from None
+        elif kind == "array":
+            out[key] = [v.strip() for v in value.split(",") if v.strip()]
         else:
-            out[key] = value  # arrays: the service splits on commas
+            out[key] = value
         i += 1
     return out
 

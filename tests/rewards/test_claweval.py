@@ -86,7 +86,8 @@ def test_the_reference_scores_1_and_the_no_op_0(tmp_path, judge, harness) -> Non
     asked = [r for r in judge.requests if r[1].endswith("/chat/completions")]
     # F02's two answers (the no-op's names no city) and F03's note (the no-op wrote none)
     assert len(asked) == 3
-    record = json.loads(_play(tmp_path, _tasks()["f02_capital"]).verifier_outputs["judge"])
+    again = _play(tmp_path, _tasks()["f02_capital"], harness=harness)
+    record = json.loads(again.verifier_outputs["judge"])
     assert record["calls"][0]["cached"] is True  # the same question again costs nothing
 
 

@@ -40,6 +40,13 @@ def test_the_cli_types_its_arguments_by_the_schema() -> None:
         parse_args(["--cc", "x"], schema)
     with pytest.raises(Refused, match="--body: needs a value"):
         parse_args(["--body"], schema)
+    # a task's own HTTP service takes JSON Schema's other types from the command line too
+    typed = {"properties": {k: {"type": k} for k in ("number", "object", "array")}}
+    words = ["--number", "2.5", "--object", '{"a": 1}', "--array", "x, y"]
+    assert parse_args(words, typed) == {"number": 2.5, "object": {"a": 1}, "array": ["x", "y"]}
+    assert parse_args(["--array", '[1, "b"]'], typed) == {"array": [1, "b"]}
+    with pytest.raises(Refused, match="--object: expected JSON"):
+        parse_args(["--object", "{a"], typed)
 
 
 def test_skill_md_describes_every_operation() -> None:
