@@ -198,6 +198,9 @@ async def run_attempt(
     outputs: dict[str, str] = {}
     try:
         await asyncio.to_thread(sandbox.create, spec)
+        world = pod.attempt_state(episode_id, attempt).world
+        if world is not None:  # a task's own HTTP services are up before the harness starts
+            await asyncio.to_thread(world.wait_ready)
         if script is not None:  # the oracle writes absolute paths where a tool demands them
             script["workspace"] = sandbox.workspace
         for path, content in task.seeds().items():

@@ -116,6 +116,12 @@ class World:
             record["error"] = str(e)[:200]
             raise
 
+    def wait_ready(self) -> None:
+        """Wait for the task's own HTTP services to answer; RuntimeError (an infrastructure
+        failure: the attempt fails and is retried) naming one that did not."""
+        for app in self.http.values():
+            app.wait_ready()
+
     def close(self) -> None:
         """Stop the task's own HTTP services, keeping what each did (idempotent)."""
         for app in self.http.values():

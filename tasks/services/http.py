@@ -40,6 +40,7 @@ WRITES = re.compile(
     re.IGNORECASE,
 )
 MAX_REPLY_CHARS = 20_000
+SHIM = str(Path(__file__).with_name("http_shim.py"))
 
 
 class HttpTool(BaseModel):
@@ -71,7 +72,9 @@ class HttpService(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     command: list[str] = Field(
-        min_length=1, description="Its argv; a leading 'python' runs the pod's interpreter."
+        min_length=1,
+        description="Its argv; 'python PROGRAM.py' runs the pod's interpreter, on loopback "
+        "only (tasks/services/http_shim.py).",
     )
     cwd: str = Field(description="The folder it runs in (a benchmark's checkout).")
     env: dict[str, str] = Field(default_factory=dict, description="Its environment, beside PORT.")
@@ -112,8 +115,8 @@ class HttpApp:
         self.base = f"http://127.0.0.1:{self.port}"
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - open while the service runs
         argv = list(spec.command)
-        if argv[0] in ("python", "python3"):
-            argv[0] = sys.executable
+        if argv[0] in ("python", "python3") and argv[1:2] and argv[1].endswith(".py"):
+            argv[:1] = [sys.executable, SHIM]  # the pod's interpreter, on loopback only
         env = {**os.environ, **spec.env, "PORT": str(self.port), "HOST": "127.0.0.1"}
         self._proc = subprocess.Popen(  # the task's own program, never the agent's
             argv, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL, stdout=self._log,
@@ -125,7 +128,7 @@ class HttpApp:
     def catalog_entry(self) -> dict[str, Any]:
         return catalog_entry(self.name, self.spec)
 
-    def _wait_ready(self) -> None:
+    def wait_ready(self) -> None:
         if self._ready:
             return
         deadline = time.monotonic() + self.spec.ready_timeout_s
@@ -157,7 +160,7 @@ class HttpApp:
                                f"{', '.join(self.ops)})")  # fmt: skip
         if not isinstance(args, dict):
             raise ServiceError(f"{op}: the arguments are a JSON object")
-        self._wait_ready()
+        self.wait_ready()
         url = self.base + tool.path
         record = {"tool_name": tool.name, "endpoint_url": url, "request_body": args,
                   "timestamp": datetime.now(UTC).isoformat()}  # fmt: skip
@@ -186,7 +189,7 @@ class HttpApp:
         """Read what it did (its audit endpoint), then stop it and every process it started."""
         if self._proc.poll() is None and self.spec.audit:
             try:
-                self._wait_ready()
+                self.wait_ready()
                 self.audit = self._client.get(self.base + self.spec.audit, timeout=10.0).json()
             except (RuntimeError, httpx.HTTPError, ValueError) as e:
                 self.audit = {"error": f"audit unreadable: {e}"}

@@ -40,6 +40,16 @@ def test_pass_at_1_pass_at_k_and_pass_hat_k() -> None:
     assert r["episodes"] == 6 and r["failures"] == {"timeout": 1}
     assert r["failed_tasks"] == ["b", "c", "d"]
     assert "| h1 | 0.375 | 0.500 | 0.250 | 2 | 6 |" in table({"h1": r})
+    assert r["pass^k_est"] == pytest.approx((1.0 + 0.25 + 0 + 0) / 4)  # mean of (c/k)^k
+
+
+def test_a_benchmarks_own_pass_threshold() -> None:
+    """ClawEval passes an attempt at 0.75 (the task's pass_threshold), not only at 1."""
+    episodes = [_ep("a", 0.8), _ep("a", 0.7), _ep("b", 0.9), _ep("b", 1.0)]
+    r = score(["a", "b"], episodes, k=2, failures={}, thresholds={"a": 0.75, "b": 0.75})
+    assert (r["pass@1"], r["pass@k"], r["pass^k"]) == (0.75, 1.0, 0.5)
+    assert r["pass^k_est"] == pytest.approx((0.25 + 1.0) / 2)
+    assert score(["a", "b"], episodes, k=2, failures={})["pass@1"] == 0.25  # 1 by default
 
 
 def _write(path: Path, text: str) -> str:
@@ -55,8 +65,9 @@ def test_summary_line_prints_each_rate_once() -> None:
     r.update(episodes=4, failures={})
     assert summary("a", r) == "[forge] a: pass@1 0.500 (4 episodes, 3s)"
     r.update(k=3, episodes=12, **{"pass@k": 0.75, "pass^k": 0.25})
+    r["pass^k_est"] = 0.125
     assert summary("a", r) == (
-        "[forge] a: pass@1 0.500, pass@3 0.750, pass^3 0.250 (12 episodes, 3s)"
+        "[forge] a: pass@1 0.500, pass@3 0.750, pass^3 0.250, (c/k)^3 0.125 (12 episodes, 3s)"
     )
 
 

@@ -133,3 +133,11 @@ def test_messages_in_claweval_shape() -> None:
                                       "content": text("{}")}]},
         {"role": "assistant", "content": text("Done.")},
     ]  # fmt: skip
+
+
+def test_a_mock_service_that_does_not_start_fails_the_attempt(tmp_path, judge) -> None:
+    data = _tasks()["f01_packing_list"].model_dump()
+    data["apps"]["notebook"]["http"]["command"] = ["python", "mock_services/notebook/gone.py"]
+    ep = _play(tmp_path, Task.model_validate(data))
+    assert (ep.status, ep.reward) == ("failed", 0.0)  # the infrastructure's fault: retried
+    assert "service notebook did not start" in ep.harness_log
