@@ -74,6 +74,8 @@ def _left_out(meta: dict[str, Any], grader: str) -> list[tuple[str, str]]:
         out.append(("prompt.attachments", "media attachments: not supported"))
     if "evaluate_visual" in grader:
         out.append(("grader.py", "asks a visual judge (images): not supported"))
+    elif "judge.client" in grader:
+        out.append(("grader.py", "calls its judge's OpenAI client itself, past the relay"))
     for field in ("env_snapshot_commands", "env_snapshot_files", "sandbox_grader_files"):
         if meta.get(field):
             out.append((field, "graded from the benchmark's sandbox server: not supported"))
