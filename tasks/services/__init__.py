@@ -63,6 +63,7 @@ class World:
         self.http: dict[str, HttpApp] = {}
         self.calls: list[dict[str, Any]] = []
         self._lock = threading.Lock()
+        self._kept: dict[str, Any] = {}  # HTTP services' records, once pickled away from them
         self.apps = apps
         try:
             for name, seed in apps.items():
@@ -130,7 +131,18 @@ class World:
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
             state = copy.deepcopy(self.state)
-        return {**state, **{name: app.snapshot() for name, app in self.http.items()}}
+        return {**state, **self._kept, **{name: app.snapshot() for name, app in self.http.items()}}
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy to send elsewhere (a closed attempt's record): the HTTP services' records go
+        with it, their processes and the lock stay here."""
+        out = dict(self.__dict__, _lock=None, http={})
+        out["_kept"] = {**self._kept, **{n: a.snapshot() for n, a in self.http.items()}}
+        return out
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
 
 def catalog(apps: dict[str, Any]) -> list[dict[str, Any]]:
