@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from tasks.errors import TaskError, build_task
+from tasks.errors import TaskError, build_task, load_each
 from tasks.schema import Task
 
 PREFIX = "claweval:"
@@ -203,17 +203,4 @@ def load(name: str, skipped: list[tuple[str, str, str]] | None = None) -> list[T
     ``skipped``, added to it while the rest load (none loading still raises)."""
     path = Path(name.removeprefix(PREFIX)).expanduser().resolve()
     root = checkout_of(path)
-    tasks: list[Task] = []
-    problems: list[tuple[str, str, str]] = []
-    for folder in task_dirs(path):
-        try:
-            tasks.append(load_task(folder, root))
-        except TaskError as e:
-            problems.extend(e.problems)
-    ids = [t.id for t in tasks]
-    problems += [(t.id, "id", "duplicate id") for t in tasks if ids.count(t.id) > 1]
-    if problems and (skipped is None or not tasks):
-        raise TaskError(problems)
-    if skipped is not None:
-        skipped.extend(problems)
-    return tasks
+    return load_each(task_dirs(path), lambda folder: load_task(folder, root), skipped)

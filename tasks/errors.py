@@ -56,3 +56,25 @@ def build_task(data: dict[str, Any], source: str) -> Task:
         raise TaskError([(source, f, m) for f, m in validation_problems(e, "")]) from None
     task._source = source
     return task
+
+
+def load_each(
+    sources: list[Any], load_one: Any, skipped: list[tuple[str, str, str]] | None
+) -> list[Task]:
+    """``load_one(source)`` for each source of a benchmark's checkout: every source's problems
+    raised together (TaskError), or, given ``skipped``, added to it while the rest load (none
+    loading still raises). Duplicate ids are problems too."""
+    tasks: list[Task] = []
+    problems: list[tuple[str, str, str]] = []
+    for source in sources:
+        try:
+            tasks.append(load_one(source))
+        except TaskError as e:
+            problems.extend(e.problems)
+    ids = [t.id for t in tasks]
+    problems += [(t.id, "id", "duplicate id") for t in tasks if ids.count(t.id) > 1]
+    if problems and (skipped is None or not tasks):
+        raise TaskError(problems)
+    if skipped is not None:
+        skipped.extend(problems)
+    return tasks

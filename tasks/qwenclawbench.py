@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from tasks.errors import TaskError, build_task
+from tasks.errors import TaskError, build_task, load_each
 from tasks.schema import Task
 
 PREFIX = "qwenclawbench:"
@@ -169,17 +169,4 @@ def load(name: str, skipped: list[tuple[str, str, str]] | None = None) -> list[T
     """The tasks of ``qwenclawbench:PATH``: every file's problems raised together, or, given
     ``skipped``, added to it while the rest load (none loading still raises)."""
     root = Path(name.removeprefix(PREFIX)).expanduser()
-    tasks: list[Task] = []
-    problems: list[tuple[str, str, str]] = []
-    for path in task_files(root):
-        try:
-            tasks.append(load_task(path))
-        except TaskError as e:
-            problems.extend(e.problems)
-    ids = [t.id for t in tasks]
-    problems += [(t.id, "id", "duplicate id") for t in tasks if ids.count(t.id) > 1]
-    if problems and (skipped is None or not tasks):
-        raise TaskError(problems)
-    if skipped is not None:
-        skipped.extend(problems)
-    return tasks
+    return load_each(task_files(root), load_task, skipped)
