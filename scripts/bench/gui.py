@@ -10,7 +10,7 @@ harness: the booking app's server and Chromium through Playwright; 4 actions) an
   real stack: a fresh bubblewrap sandbox, the task's services under the launcher, the harness
   sending each screenshot through the recording proxy to the Policy and carrying out the tool
   call it gets back, the verifier in a fresh sandbox, the sandbox destroyed.
-- *by hand*: N subprocesses of this script at once, each the same steps as a plain script: the
+- *by hand*: N subprocesses at once (``gui_hand.py``), each the same steps as a plain script: the
   app's server (or Xvfb + openbox + xedit) started directly, Chromium through Playwright (or
   xdotool), per step a screenshot (PNG, base64-encoded as an agent would send it), the action,
   the same settle pause as the harness (``--settle-s``), then the same verifier on the files.
@@ -47,16 +47,12 @@ import base64
 import itertools
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 import urllib.request
 from collections.abc import Callable
-from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,248 +62,18 @@ import forge  # noqa: F401  (before ray: a loopback-only local cluster)
 # isort: split
 import psutil
 
-from forge.sandboxes import services
-from rewards.page_state import PageState
-from rewards.registry import build_verifier, verify
 from tasks.loader import load_suite
-from tasks.schema import GuiAction, Task
+from tasks.schema import Task
+
+# isort: split
+from gui_memory import MIB, MemoryWatch, sandbox_roots, tree_memory
 
 TASKS = {"browser": ("web", "booking_tuesday_ten"), "desktop": ("desktop", "xedit_append_item")}
-MIB = 2**20
-SAMPLE_S = 0.5  # how often memory is sampled
-KEYS = ("Rss", "Pss", "Private_Clean", "Private_Dirty")
 
 
 def load_task(kind: str) -> Task:
     suite, task_id = TASKS[kind]
     return next(t for t in load_suite(suite) if t.id == task_id)
-
-
-def steps_of(task: Task) -> list[dict[str, Any]]:
-    return [s.model_dump() for s in task.solution if isinstance(s, GuiAction)]
-
-
-# -- memory ----------------------------------------------------------------------------------
-
-
-def tree_memory(root: psutil.Process, unread: set[str], below: bool = True) -> list[int]:
-    """[RSS, PSS, USS] in bytes of ``root`` and (``below``) all its descendants, from
-    smaps_rollup (USS: private pages, what ending the tree frees). A process whose smaps_rollup
-    cannot be read counts its RSS for all three, and its name goes into ``unread``."""
-    out = [0, 0, 0]
-    try:
-        members = [root, *root.children(recursive=True)] if below else [root]
-    except psutil.Error:
-        return out
-    for proc in members:
-        try:
-            with open(f"/proc/{proc.pid}/smaps_rollup") as f:
-                kb = {k: int(v.split()[0]) for k, v in (ln.split(":", 1) for ln in f) if k in KEYS}
-            got = [kb["Rss"], kb["Pss"], kb["Private_Clean"] + kb["Private_Dirty"]]
-            out = [o + g * 1024 for o, g in zip(out, got, strict=True)]
-        except (OSError, KeyError, ValueError):
-            try:
-                r, name = proc.memory_info().rss, proc.name()
-            except psutil.Error:
-                continue  # gone meanwhile
-            out = [o + r for o in out]
-            if r:  # not a process that was exiting (an empty smaps_rollup)
-                unread.add(name)
-    return out
-
-
-def sandbox_roots(actor_pid: int) -> list[psutil.Process]:
-    """The outer ``bwrap`` processes under a HarnessPod's actor process: one per sandbox exec
-    (bwrap forks once inside its namespaces; the inner one is part of the outer one's tree)."""
-    try:
-        below = psutil.Process(actor_pid).children(recursive=True)
-    except psutil.Error:
-        return []
-    out = []
-    for proc in below:
-        with suppress(psutil.Error):
-            if proc.name() == "bwrap" and proc.parent().name() != "bwrap":
-                out.append(proc)
-    return out
-
-
-class MemoryWatch:
-    """Samples ``groups()`` (group name -> root processes) every ``every_s``; keeps each
-    group's peak (its roots' trees summed) and the peak of all groups together."""
-
-    def __init__(
-        self, groups: Callable[[], dict[Any, list[psutil.Process]]], every_s: float | None = None
-    ):
-        self.groups = groups
-        self.every_s = every_s or SAMPLE_S
-        self.peak: dict[Any, list[int]] = {}  # group -> [RSS, PSS, USS], each its own peak
-        self.all_pss = 0
-        self.unread: set[str] = set()  # processes whose PSS was taken as their RSS
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def sample(self) -> None:
-        total = 0
-        for name, roots in self.groups().items():
-            now = [0, 0, 0]
-            for root in roots:
-                now = [a + b for a, b in zip(now, tree_memory(root, self.unread), strict=True)]
-            old = self.peak.get(name, [0, 0, 0])
-            self.peak[name] = [max(a, b) for a, b in zip(old, now, strict=True)]
-            total += now[1]
-        self.all_pss = max(self.all_pss, total)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.every_s):
-            self.sample()
-
-    def __enter__(self) -> MemoryWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-# -- by hand (a subprocess of this script: ``--hand KIND``) -----------------------------------
-
-
-@dataclass
-class WorkspaceFiles:
-    """The verifier's view of a host folder (it only reads files)."""
-
-    root: Path
-
-    def get_file(self, path: str) -> bytes | None:
-        return (self.root / path).read_bytes() if (self.root / path).is_file() else None
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def seed(task: Task, ws: Path) -> None:
-    for rel, content in task.files.items():
-        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
-        (ws / rel).write_text(content)
-
-
-def web_service(task: Task, port: int) -> tuple[str, str, str]:
-    """The task's one web service on ``port`` with the host's webapps folder: (command, start
-    URL, ready URL)."""
-    assert task.gui is not None and task.gui.start_url and len(task.services) == 1
-    old = task.gui.start_url.rsplit(":", 1)[1].strip("/")
-    svc = task.services[0]
-    command = svc.command.replace(services.WEBAPPS, services.WEBAPPS_HOST)
-    command = command.replace(f"--port {old}", f"--port {port}")
-    return (
-        command,
-        task.gui.start_url.replace(f":{old}/", f":{port}/"),
-        str(svc.ready).replace(f":{old}/", f":{port}/"),
-    )
-
-
-def wait_http(url: str, timeout_s: float = 30.0) -> None:
-    end = time.monotonic() + timeout_s
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        except OSError:
-            if time.monotonic() > end:
-                raise RuntimeError(f"{url} did not answer within {timeout_s:g}s") from None
-            time.sleep(0.05)
-
-
-def timed_steps(
-    task: Task, shoot: Callable[[], bytes], act: Callable[[dict[str, Any]], object],
-    settle: Callable[[], object], timing: dict[str, Any],
-) -> None:  # fmt: skip
-    """Play the task's steps, each: screenshot, base64, action, settle; timing gets the time
-    playing began (``up``), ended (``acted``) and each step's four parts (``steps``)."""
-    timing["up"] = time.perf_counter()
-    for step in steps_of(task):
-        t0 = time.perf_counter()
-        png = shoot()
-        t1 = time.perf_counter()
-        base64.b64encode(png)
-        t2 = time.perf_counter()
-        act(step)
-        t3 = time.perf_counter()
-        settle()
-        timing["steps"].append([t1 - t0, t2 - t1, t3 - t2, time.perf_counter() - t3])
-    timing["acted"] = time.perf_counter()
-
-
-def hand_browser(task: Task, ws: Path, settle_s: float, timing: dict[str, Any]) -> None:
-    from playwright.sync_api import sync_playwright
-
-    from forge.harnesses.gui_actions import CHROMIUM_ARGS, find_chromium
-    from tasks.gui_play import play, settle
-
-    width, height = task.gui.screen if task.gui else (640, 480)
-    command, url, ready = web_service(task, free_port())
-    server = subprocess.Popen(
-        ["sh", "-c", command], cwd=ws, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )  # fmt: skip
-    try:
-        wait_http(ready)
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(
-                executable_path=find_chromium(), headless=True, args=list(CHROMIUM_ARGS)
-            )
-            page = browser.new_page(viewport={"width": width, "height": height})
-            page.goto(url, wait_until="load")
-            settle(page)
-            shoot = lambda: page.screenshot(type="png")  # noqa: E731
-            act = lambda step: play(page, step, width, height)  # noqa: E731 (then until idle)
-            timed_steps(task, shoot, act, lambda: time.sleep(settle_s), timing)
-            browser.close()
-    finally:
-        with suppress(ProcessLookupError):
-            os.killpg(server.pid, signal.SIGTERM)
-        server.wait()
-
-
-def hand_desktop(task: Task, ws: Path, settle_s: float, timing: dict[str, Any]) -> None:
-    from forge.harnesses.desktop_display import task_desktop
-
-    with task_desktop(task, ws) as desk:  # Xvfb, openbox, the task's applications
-        desk.settle_s = settle_s  # settled_screenshot: the pause, then until the screen is still
-        act = lambda step: desk.perform(step["action"], step)  # noqa: E731
-        timed_steps(task, desk.screenshot, act, desk.settled_screenshot, timing)
-
-
-def workspace_reward(task: Task, ws: Path) -> float:
-    """The task's verifier in place; a page task's on the state file its app, run on its own
-    here, wrote (an episode's ``page_state`` reads the state the HarnessPod kept)."""
-    verifier = build_verifier(task.verifier)
-    if isinstance(verifier, PageState):
-        state = ws / ".app" / "state.json"
-        return verifier.verify_text(state.read_text() if state.is_file() else "").reward
-    return verify(task.verifier, WorkspaceFiles(ws), task.answer).reward
-
-
-def hand_main(kind: str, settle_s: float) -> None:
-    """One by-hand episode of the task read as JSON from stdin; prints one JSON line of its
-    timings and reward."""
-    task = Task.model_validate_json(sys.stdin.read())
-    t0 = time.perf_counter()
-    timing: dict[str, Any] = {"steps": []}
-    with tempfile.TemporaryDirectory(prefix="forge-gui-hand-") as tmp:
-        ws = Path(tmp)
-        seed(task, ws)
-        (hand_browser if kind == "browser" else hand_desktop)(task, ws, settle_s, timing)
-        reward = workspace_reward(task, ws)
-    end = time.perf_counter()
-    out = {"start": timing["up"] - t0, "steps": timing["steps"], "end": end - timing["acted"]}
-    print(json.dumps({**out, "total": end - t0, "reward": reward}), flush=True)
 
 
 # -- one round: N episodes at once ------------------------------------------------------------
@@ -332,10 +98,10 @@ class Round:
 
 
 def hand_round(kind: str, n: int, settle_s: float, nice: int = 0) -> Round:
-    """``n`` by-hand episodes at once, each a subprocess of this script at niceness ``nice``
+    """``n`` by-hand episodes at once, each a ``gui_hand.py`` subprocess at niceness ``nice``
     (the HarnessPods': Ray runs its workers, and so the sandboxes, at niceness 15)."""
     r = Round(kind, "by hand", n)
-    argv = [sys.executable, str(Path(__file__).resolve()), "--hand", kind]
+    argv = [sys.executable, str(Path(__file__).with_name("gui_hand.py")), kind]
     argv += ["--settle-s", str(settle_s)]
     task = load_task(kind).model_dump_json()
     t0 = time.perf_counter()
@@ -526,11 +292,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=2, help="rounds at N=1 (interleaved)")
     parser.add_argument("--settle-s", type=float, default=0.3, help="pause after each action")
     parser.add_argument("--no-warmup", action="store_true")
-    parser.add_argument("--hand", help=argparse.SUPPRESS)  # one by-hand episode (subprocess)
     args = parser.parse_args()
-    if args.hand:
-        hand_main(args.hand, args.settle_s)
-        return
     kinds = [k for k in args.kinds.split(",") if k]
     ns = [int(x) for x in args.n.split(",") if x]
     hand_ns = [int(x) for x in args.hand_n.split(",") if x]
