@@ -10,8 +10,35 @@ from typing import Any
 
 import pytest
 
+from forge.harnesses.install import PACKAGES
 from rewards.judge_client import CACHE_ENV
+from tasks.loader import load_suite
+from tasks.schema import Task
 from tests.forge.httpstub import StubServer
+
+# a benchmark's references and no-ops: react in CI, OpenClaw (the benchmarks' own harness) too
+# under -m full (~60 s more)
+REACT_AND_OPENCLAW = [
+    "react",
+    pytest.param(
+        "openclaw",
+        marks=[
+            pytest.mark.full,
+            pytest.mark.skipif(not PACKAGES["openclaw"].installed(), reason="no openclaw"),
+        ],
+    ),
+]
+
+
+def with_solutions(suite: str, solutions: dict[str, tuple[list[Any], str]]) -> dict[str, Task]:
+    """The suite's tasks by id, each with the reference ``(steps, answer)`` written for it."""
+    out = {}
+    for task in load_suite(suite, []):
+        steps, answer = solutions[task.id]
+        out[task.id] = Task.model_validate(
+            {**task.model_dump(), "solution": steps, "answer": answer}
+        )
+    return out
 
 
 @contextmanager

@@ -11,13 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from forge.harnesses.install import PACKAGES
 from forge.sandboxes.bwrap import bwrap_works
 from rewards.claweval import claweval_messages
-from tasks.loader import load_suite
 from tasks.schema import Task
 from tests.forge.httpstub import StubServer
-from tests.rewards.judging import scripted_judge
+from tests.rewards.judging import REACT_AND_OPENCLAW, scripted_judge, with_solutions
 from tests.rewards.test_judge import _play
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tasks" / "fixtures" / "claweval"
@@ -55,27 +53,10 @@ def judge(monkeypatch, tmp_path) -> Iterator[StubServer]:
 
 
 def _tasks() -> dict[str, Task]:
-    out = {}
-    for task in load_suite(f"claweval:{FIXTURES}", []):
-        steps, answer = SOLUTIONS[task.id]
-        data = {**task.model_dump(), "solution": steps, "answer": answer}
-        out[task.id] = Task.model_validate(data)
-    return out
+    return with_solutions(f"claweval:{FIXTURES}", SOLUTIONS)
 
 
-@pytest.mark.parametrize(
-    "harness",
-    [
-        "react",
-        pytest.param(
-            "openclaw",
-            marks=[
-                pytest.mark.full,  # ~60 s: -m full; react plays the same tasks in CI
-                pytest.mark.skipif(not PACKAGES["openclaw"].installed(), reason="no openclaw"),
-            ],
-        ),
-    ],
-)
+@pytest.mark.parametrize("harness", REACT_AND_OPENCLAW)
 def test_the_reference_scores_1_and_the_no_op_0(tmp_path, judge, harness) -> None:
     for task_id, task in _tasks().items():
         ep = _play(tmp_path, task, harness=harness)

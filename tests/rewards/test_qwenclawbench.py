@@ -12,13 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from forge.harnesses.install import PACKAGES
 from forge.sandboxes.bwrap import bwrap_works
 from rewards.qwenclawbench import openclaw_session
-from tasks.loader import load_suite
 from tasks.schema import Task
 from tests.forge.httpstub import StubServer
-from tests.rewards.judging import scripted_judge
+from tests.rewards.judging import REACT_AND_OPENCLAW, scripted_judge, with_solutions
 from tests.rewards.test_judge import _play
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tasks" / "fixtures" / "qwenclawbench"
@@ -48,26 +46,10 @@ def judge(monkeypatch, tmp_path) -> Iterator[StubServer]:
 
 
 def _tasks() -> dict[str, Task]:
-    out = {}
-    for task in load_suite(f"qwenclawbench:{FIXTURES}", []):
-        steps, answer = SOLUTIONS[task.id]
-        out[task.id] = task.model_copy(update={"solution": steps, "answer": answer})
-    return out
+    return with_solutions(f"qwenclawbench:{FIXTURES}", SOLUTIONS)
 
 
-@pytest.mark.parametrize(
-    "harness",
-    [
-        "react",
-        pytest.param(
-            "openclaw",
-            marks=[
-                pytest.mark.full,  # ~60 s: -m full; react plays the same tasks in CI
-                pytest.mark.skipif(not PACKAGES["openclaw"].installed(), reason="no openclaw"),
-            ],
-        ),
-    ],
-)
+@pytest.mark.parametrize("harness", REACT_AND_OPENCLAW)
 def test_the_reference_scores_1_and_the_no_op_0(tmp_path, judge, harness) -> None:
     for task_id, task in _tasks().items():
         ep = _play(tmp_path, task, harness=harness)
