@@ -17,7 +17,7 @@ from typing import Any
 
 from tasks.services import calendar, contacts, kv, mail, notes
 from tasks.services.base import App, Op, ServiceError
-from tasks.services.http import HttpApp, catalog_entry, http_spec
+from tasks.services.http import HttpApp, catalog_entry, http_spec, writes
 
 APPS: dict[str, App] = {
     a.name: a for a in (mail.APP, calendar.APP, contacts.APP, notes.APP, kv.APP)
@@ -110,7 +110,7 @@ class World:
         return result
 
     def _call_http(self, record: dict[str, Any], app: HttpApp, op: str, args: Any) -> Any:
-        record["writes"] = any(o["name"] == op and o["writes"] for o in app.catalog_entry()["ops"])
+        record["writes"] = op in app.ops and writes(op)
         try:
             return app.call(op, args)
         except ServiceError as e:

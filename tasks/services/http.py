@@ -26,7 +26,6 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -93,8 +92,9 @@ class HttpService(BaseModel):
         return v
 
 
-def port_of(url: str) -> int | None:
-    return urlsplit(url).port
+def writes(op: str) -> bool:
+    """Whether an operation, by its name, changes what the service holds (a send, a create)."""
+    return bool(WRITES.search(op))
 
 
 def _free_port() -> int:
@@ -122,15 +122,14 @@ class HttpApp:
             argv, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL, stdout=self._log,
             stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent,
         )  # fmt: skip
-        self._ready = False
+        self._ready = self._gave_up = False
         self._client = httpx.Client(timeout=30.0, trust_env=False)
-
-    def catalog_entry(self) -> dict[str, Any]:
-        return catalog_entry(self.name, self.spec)
 
     def wait_ready(self) -> None:
         if self._ready:
             return
+        if self._gave_up:
+            raise RuntimeError(f"service {self.name} did not start: {self.tail()}")
         deadline = time.monotonic() + self.spec.ready_timeout_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
@@ -147,6 +146,7 @@ class HttpApp:
                 pass
             time.sleep(0.1)
         # the task's service did not come up: the infrastructure's fault, not the policy's
+        self._gave_up = True
         raise RuntimeError(f"service {self.name} did not start: {self.tail()}")
 
     def tail(self) -> str:
@@ -177,7 +177,7 @@ class HttpApp:
         record.update(response_status=status, response_body=body,
                       latency_ms=round((time.perf_counter() - t0) * 1000, 2))  # fmt: skip
         self.dispatches.append(record)
-        shown = body if isinstance(body, str) else _dumps(body)
+        shown = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
         if len(shown) > MAX_REPLY_CHARS:
             shown = shown[:MAX_REPLY_CHARS] + " ...(cut)"
             body = shown
@@ -206,10 +206,6 @@ class HttpApp:
         return {"audit": self.audit, "dispatches": list(self.dispatches)}
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
-
-
 def catalog_entry(name: str, spec: HttpService) -> dict[str, Any]:
     """The service's entry in an attempt's catalog (as :meth:`tasks.services.World.catalog`)."""
     return {
@@ -219,7 +215,7 @@ def catalog_entry(name: str, spec: HttpService) -> dict[str, Any]:
             {
                 "name": t.op,
                 "description": t.description,
-                "writes": bool(WRITES.search(t.op)),
+                "writes": writes(t.op),
                 "parameters": t.parameters,
             }
             for t in spec.tools
