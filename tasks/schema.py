@@ -148,15 +148,18 @@ class ServiceCall(BaseModel):
     op: str = Field(description="The operation (send, move, ...).")
     args: dict[str, Any] = Field(default_factory=dict, description="Its arguments.")
 
-    @model_validator(mode="after")
-    def _known(self) -> ServiceCall:
-        if self.service not in APPS:  # a task's own HTTP service: checked against its apps
-            return self
+    def check_against(self, seed: Any) -> None:
+        """ValueError naming the field unless the task's service (its ``apps`` entry, ``seed``)
+        has this operation and takes these arguments."""
+        spec = http_spec(seed)
+        if spec is not None:  # a task's own HTTP service: the program checks the arguments
+            if self.op not in {t.op for t in spec.tools}:
+                raise ValueError(f"op: {self.service} has no {self.op!r}")
+            return
         op = APPS[self.service].ops.get(self.op)
         if op is None:
             raise ValueError(f"op: {self.service} has no {self.op!r}")
         op.check(self.args)  # a ServiceError (a ValueError) names the argument
-        return self
 
 
 def _check_step(step: Any) -> Any:
@@ -344,9 +347,10 @@ class Task(BaseModel):
                 offered = ", ".join(self.apps) or "none"
                 raise ValueError(f"solution.{i}.service: {step.service!r} is not in apps "
                                  f"(offered: {offered})")  # fmt: skip
-            spec = http_spec(self.apps[step.service])
-            if spec is not None and step.op not in {t.op for t in spec.tools}:
-                raise ValueError(f"solution.{i}.op: {step.service} has no {step.op!r}")
+            try:
+                step.check_against(self.apps[step.service])
+            except ValueError as e:
+                raise ValueError(f"solution.{i}.{e}") from None
         return self
 
     @property

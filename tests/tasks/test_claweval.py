@@ -61,3 +61,18 @@ def test_bad_tasks_name_the_file_and_field(tmp_path) -> None:
     assert ("F02_capital", "grader.py", "missing") in found
     with pytest.raises(TaskError, match="not in a ClawEval checkout"):
         load(f"claweval:{tmp_path}")
+
+
+def test_solution_steps_are_checked_against_the_tasks_own_service() -> None:
+    """A service of the task's own named like a built-in one (ClawEval has a calendar) offers
+    its own operations, not the built-in's."""
+    from tasks.schema import Task
+
+    [task] = [t for t in load(f"claweval:{FIXTURES}", []) if t.id == "f01_packing_list"]
+    data = {**task.model_dump(), "apps": {"calendar": task.apps["notebook"]}}
+    step = {"service": "calendar", "op": "add_note", "args": {"title": "T", "body": "B"}}
+    Task.model_validate({**data, "solution": [step]})
+    with pytest.raises(ValueError, match=r"solution\.0\.op: calendar has no 'create'"):
+        Task.model_validate({**data, "solution": [{**step, "op": "create"}]})
+    with pytest.raises(ValueError, match=r"solution\.0\.service: 'notebook' is not in apps"):
+        Task.model_validate({**data, "solution": [{**step, "service": "notebook"}]})
