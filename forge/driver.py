@@ -40,6 +40,7 @@ from forge.observe.loggers import require as require_loggers
 from forge.observe.progress import Progress, eval_rates
 from forge.sandboxes.bwrap import IsolationUnavailable
 from forge.sandboxes.registry import check_isolation, reap_sandboxes
+from forge.served_judge import ServedJudge
 from forge.task_set import Problem, load_tasks, playable
 from tasks.harbor import open_to_shims, refuse_for_training
 from tasks.loader import TaskError
@@ -154,6 +155,7 @@ class Run:
             f"({time.perf_counter() - t0:.1f}s)",
             flush=True,
         )
+        self.judge = ServedJudge.start(config)  # the run's own judge, if it serves one
         self.sync = make_weight_sync(
             config.weight_sync, store, config.policy, config.trainer.device
         )
@@ -191,7 +193,7 @@ class Run:
         self.scheduler = (
             ray.remote(Scheduler)
             .options(**placed["scheduler"])
-            .remote(config.model_dump(), self.policy, self.buffer, self.tasks, **resumed)
+            .remote(self.judge.config.model_dump(), self.policy, self.buffer, self.tasks, **resumed)
         )
         if ckpt is not None:
             self.publish()
@@ -331,6 +333,7 @@ class Run:
         finally:
             if self.reconciler is not None:
                 self.reconciler.stop()
+            self.judge.stop()
         reap_sandboxes(self.config.sandbox, self.config.name)  # of pods that died
         return stats
 

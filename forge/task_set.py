@@ -74,8 +74,11 @@ def playable(
         for t in unique
         if (why := _mcp_refusal(t, harnesses))
     )
+    served = config.judge is not None  # the run's own judge answers those naming none
     skipped.extend(
-        (t["id"], "verifier", why) for t in unique if (why := unready(judges(t["verifier"])))
+        (t["id"], "verifier", why)
+        for t in unique
+        if (why := unready(judges(t["verifier"]), served))
     )
     out = {why[0] for why in skipped}  # no image is built for a task already left out
     skipped.extend(

@@ -40,6 +40,7 @@ from rewards.common import VerifierModel, read_text
 from rewards.judge_client import JudgeUnavailable, ask
 
 MODEL_ENV, BASE_URL_ENV = "FORGE_JUDGE_MODEL", "FORGE_JUDGE_BASE_URL"
+KEY_ENV = "FORGE_JUDGE_API_KEY"
 VERDICT = re.compile(r"\b(PASS|FAIL)\b")
 SCORE = re.compile(r"SCORE:\s*([0-9]*\.?[0-9]+)", re.IGNORECASE)
 FILE_LIMIT = 20_000  # characters of each named file the judge is shown
@@ -85,7 +86,7 @@ class Judge(VerifierModel):
     )
     api: Literal["openai", "anthropic"] = Field(default="openai", description="Its wire.")
     api_key_env: str = Field(
-        default="FORGE_JUDGE_API_KEY", description="The variable holding its key ('' for none)."
+        default=KEY_ENV, description="The variable holding its key ('' for none)."
     )
     n: int = Field(default=1, ge=1, le=16, description="Samples asked.")
     aggregate: Literal["majority", "mean"] = Field(default="majority", description="Of samples.")
@@ -195,10 +196,13 @@ def judge_usage(outputs: dict[str, str]) -> tuple[int, int, float]:
     return calls, cached, seconds
 
 
-def unready(judges: list[Judge]) -> str | None:
+def unready(judges: list[Judge], served: bool = False) -> str | None:
     """Why ``judges`` cannot be asked from this process (no model, no endpoint, no key), None
-    when they can: checked before a run starts."""
+    when they can: checked before a run starts. ``served``: the run serves a judge of its own
+    (forge/served_judge.py), which every judge naming no endpoint of its own asks."""
     for judge in judges:
+        if served and not judge.base_url and judge.api_key_env in (KEY_ENV, ""):
+            continue
         if not (judge.model or os.environ.get(MODEL_ENV)):
             return f"judge: no model (the verifier's model, or ${MODEL_ENV})"
         if not (judge.base_url or os.environ.get(BASE_URL_ENV)):

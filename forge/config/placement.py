@@ -101,10 +101,18 @@ class PodPlacement(ActorPlacement):
         "one machine both put every pod on it.",
     )
 
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment variables of every HarnessPod's process (a judge's key where "
+        "the pods run on other nodes than the driver; the run's served judge adds its own).",
+    )
+
     def ray_options(self, num_cpus: float, num_gpus: float = 0.0) -> dict[str, Any]:
         options = super().ray_options(num_cpus, num_gpus)
         if self.strategy == "spread":
             options["scheduling_strategy"] = "SPREAD"
+        if self.env:
+            options["runtime_env"] = {"env_vars": dict(self.env)}
         return options
 
 

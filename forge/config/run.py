@@ -33,6 +33,12 @@ class RunConfig(_Strict):
     name: str = Field("quickstart", description="Run name; outputs go to runs/<name>/.")
     runs_dir: str = Field("runs", description="Folder that holds run directories.")
     policy: PolicyConfig = Field(default_factory=PolicyConfig, description="The Policy.")
+    judge: PolicyConfig | None = Field(
+        None,
+        description="A judge model the run serves itself, beside the Policy and never trained "
+        "(its engine and checkpoint; forge/served_judge.py): the tasks' judge verifiers that "
+        "name no endpoint of their own ask it. None: they ask $FORGE_JUDGE_BASE_URL.",
+    )
     proxy: ProxyConfig = Field(default_factory=ProxyConfig, description="HarnessPod proxy limits.")
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="Sandboxes.")
     harness: HarnessField = Field(
