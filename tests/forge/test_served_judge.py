@@ -6,14 +6,21 @@ is the path."""
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 
 import httpx
 import pytest
 from ray import serve
 
 from forge.config import RunConfig
+from forge.sandboxes.bwrap import bwrap_works
 from forge.served_judge import APP, ServedJudge
 from rewards.judge import BASE_URL_ENV, KEY_ENV, MODEL_ENV, Judge, unready
+from tests.forge.test_cli import FORGE, _env
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "tasks" / "fixtures" / "claweval"
 
 
 class _Box:
@@ -63,3 +70,23 @@ def test_the_served_judge_answers_the_pods_judges_then_goes(ray_cluster, monkeyp
     assert APP not in serve.status().applications
     with pytest.raises(httpx.ConnectError):
         httpx.get(env[BASE_URL_ENV] + "/models", timeout=5)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not bwrap_works(), reason="needs bubblewrap")
+def test_forge_eval_asks_the_judge_it_serves(tmp_path) -> None:
+    """No judge of anyone's: the ClawEval fixture's judged task is scored by the run's own."""
+    env = {k: v for k, v in _env().items() if not k.startswith("FORGE_JUDGE")}
+    env["FORGE_JUDGE_CACHE"] = str(tmp_path / "cache")
+    out = tmp_path / "eval"
+    args = ["eval", "examples/oracle.yaml", "policy.engine.mode=noop", "judge.num_cpus=0.5",
+            "judge.engine.name=torch", "judge.engine.model=tiny", "task_ids=[f02_capital]",
+            "--harness", "react", "--tasks", f"claweval:{FIXTURES}", "-k", "1",
+            "--out", str(out)]  # fmt: skip
+    r = subprocess.run([*FORGE, *args], capture_output=True, text=True, timeout=600, env=env,
+                       cwd=ROOT)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "[forge] judge ready: torch:tiny at http://127.0.0.1:" in r.stdout
+    [episode] = [json.loads(line) for line in (out / "react" / "episodes.jsonl").open()]
+    record = json.loads(episode["verifier_outputs"]["judge"])
+    assert episode["status"] == "ok" and record["model"] == "tiny" and len(record["calls"]) == 1
