@@ -199,7 +199,7 @@ async def run_attempt(
     try:
         await asyncio.to_thread(sandbox.create, spec)
         world = pod.attempt_state(episode_id, attempt).world
-        if world is not None:  # a task's own HTTP services are up before the harness starts
+        if world is not None:  # a task's own services are up before the harness starts
             await asyncio.to_thread(world.wait_ready)
         if script is not None:  # the oracle writes absolute paths where a tool demands them
             script["workspace"] = sandbox.workspace
@@ -254,7 +254,7 @@ async def run_attempt(
         pod.sandboxes.discard(sandbox)
         raise
     state = pod.close_attempt(episode_id, attempt)
-    if state.world is not None:  # a task's own HTTP services: what they did, then stopped
+    if state.world is not None:  # a task's own services: what they did, then stopped
         await asyncio.to_thread(state.world.close)
     egress_log = _end_phase(pod, "agent", egress)
     stalled = result is not None and result.timed_out and not clock.fired

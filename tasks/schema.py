@@ -29,7 +29,7 @@ from pydantic import (
 from rewards.registry import validate_spec
 from tasks.environment import Environment
 from tasks.services import APPS, check_apps
-from tasks.services.http import http_spec
+from tasks.services.http import catalog_entry, own_spec
 
 ID_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
 
@@ -151,9 +151,9 @@ class ServiceCall(BaseModel):
     def check_against(self, seed: Any) -> None:
         """ValueError naming the field unless the task's service (its ``apps`` entry, ``seed``)
         has this operation and takes these arguments."""
-        spec = http_spec(seed)
-        if spec is not None:  # a task's own HTTP service: the program checks the arguments
-            if self.op not in {t.op for t in spec.tools}:
+        spec = own_spec(seed)
+        if spec is not None:  # a task's own service: the program checks the arguments
+            if self.op not in {e["name"] for e in catalog_entry(self.service, spec)["ops"]}:
                 raise ValueError(f"op: {self.service} has no {self.op!r}")
             return
         op = APPS[self.service].ops.get(self.op)
@@ -366,6 +366,6 @@ class Task(BaseModel):
             for s in self.solution
         ]
         for step in steps:  # a task's own HTTP service's command is forge-service NAME
-            if isinstance(step, dict) and http_spec(self.apps.get(step.get("service"))):
+            if isinstance(step, dict) and own_spec(self.apps.get(step.get("service"))):
                 step["command"] = f"forge-service {step['service']}"
         return {"task_id": self.id, "steps": steps, "answer": self.answer}

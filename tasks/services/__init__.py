@@ -17,7 +17,8 @@ from typing import Any
 
 from tasks.services import calendar, contacts, kv, mail, notes
 from tasks.services.base import App, Op, ServiceError
-from tasks.services.http import HttpApp, catalog_entry, http_spec, writes
+from tasks.services.http import HttpApp, catalog_entry, own_app, own_spec, writes
+from tasks.services.mcp_app import McpApp
 
 APPS: dict[str, App] = {
     a.name: a for a in (mail.APP, calendar.APP, contacts.APP, notes.APP, kv.APP)
@@ -32,15 +33,15 @@ __all__ = ["APPS", "App", "Op", "ServiceError", "World", "catalog", "check_apps"
 
 
 def check_apps(apps: dict[str, Any]) -> dict[str, Any]:
-    """A task's ``apps`` with every seed valid (``default``, a mapping, or ``{http: {...}}`` for a
-    task's own HTTP service, :mod:`tasks.services.http`); ValueError naming the service
-    otherwise."""
+    """A task's ``apps`` with every seed valid (``default``, a mapping, or the task's own service:
+    ``{http: {...}}``, :mod:`tasks.services.http`, or ``{mcp: {...}}``,
+    :mod:`tasks.services.mcp_app`); ValueError naming the service otherwise."""
     for name, seed in apps.items():
         try:
-            if http_spec(seed) is not None:
+            if own_spec(seed) is not None:
                 continue
         except ValueError as e:
-            raise ValueError(f"{name}.http: {e}") from None
+            raise ValueError(f"{name}.{next(iter(seed))}: {e}") from None
         if name not in APPS:
             raise ValueError(f"{name}: unknown service (known: {', '.join(APPS)})")
         if seed != "default" and not isinstance(seed, dict):
@@ -56,20 +57,20 @@ def check_apps(apps: dict[str, Any]) -> dict[str, Any]:
 
 class World:
     """The services of one attempt: their state and the calls made, in order. A task's own
-    HTTP services (:class:`tasks.services.http.HttpApp`) run from here until :meth:`close`."""
+    services (HTTP programs, MCP servers) run from here until :meth:`close`."""
 
     def __init__(self, apps: dict[str, Any]) -> None:
         self.state: dict[str, dict[str, Any]] = {}
-        self.http: dict[str, HttpApp] = {}
+        self.own: dict[str, HttpApp | McpApp] = {}  # the task's own services, running
         self.calls: list[dict[str, Any]] = []
         self._lock = threading.Lock()
-        self._kept: dict[str, Any] = {}  # HTTP services' records, once pickled away from them
+        self._kept: dict[str, Any] = {}  # own services' records, once pickled away from them
         self.apps = apps
         try:
             for name, seed in apps.items():
-                spec = http_spec(seed)
+                spec = own_spec(seed)
                 if spec is not None:
-                    self.http[name] = HttpApp(name, spec)
+                    self.own[name] = own_app(name, spec)
                     continue
                 seed = APPS[name].default_seed() if seed == "default" else copy.deepcopy(seed)
                 self.state[name] = APPS[name].initial(seed)
@@ -87,8 +88,8 @@ class World:
         it followed."""
         record: dict[str, Any] = {"service": service, "op": op, "via": via, "turn": turn}
         self.calls.append(record)
-        if service in self.http:
-            return self._call_http(record, self.http[service], op, args)
+        if service in self.own:
+            return self._call_own(record, self.own[service], op, args)
         if service not in self.state:
             offered = ", ".join(self.state) or "none"
             record["error"] = "unknown service"
@@ -109,7 +110,7 @@ class World:
             raise ServiceError(f"{op}: the result is over {MAX_RESULT_CHARS} characters")
         return result
 
-    def _call_http(self, record: dict[str, Any], app: HttpApp, op: str, args: Any) -> Any:
+    def _call_own(self, record: dict[str, Any], app: HttpApp | McpApp, op: str, args: Any) -> Any:
         record["writes"] = op in app.ops and writes(op)
         try:
             return app.call(op, args)
@@ -118,26 +119,26 @@ class World:
             raise
 
     def wait_ready(self) -> None:
-        """Wait for the task's own HTTP services to answer; RuntimeError (an infrastructure
+        """Wait for the task's own services to answer; RuntimeError (an infrastructure
         failure: the attempt fails and is retried) naming one that did not."""
-        for app in self.http.values():
+        for app in self.own.values():
             app.wait_ready()
 
     def close(self) -> None:
-        """Stop the task's own HTTP services, keeping what each did (idempotent)."""
-        for app in self.http.values():
+        """Stop the task's own services, keeping what each did (idempotent)."""
+        for app in self.own.values():
             app.close()
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
             state = copy.deepcopy(self.state)
-        return {**state, **self._kept, **{name: app.snapshot() for name, app in self.http.items()}}
+        return {**state, **self._kept, **{name: app.snapshot() for name, app in self.own.items()}}
 
     def __getstate__(self) -> dict[str, Any]:
-        """A copy to send elsewhere (a closed attempt's record): the HTTP services' records go
+        """A copy to send elsewhere (a closed attempt's record): the task's own services' records go
         with it, their processes and the lock stay here."""
-        out = dict(self.__dict__, _lock=None, http={})
-        out["_kept"] = {**self._kept, **{n: a.snapshot() for n, a in self.http.items()}}
+        out = dict(self.__dict__, _lock=None, own={})
+        out["_kept"] = {**self._kept, **{n: a.snapshot() for n, a in self.own.items()}}
         return out
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -150,7 +151,7 @@ def catalog(apps: dict[str, Any]) -> list[dict[str, Any]]:
     shell, its operations with their JSON Schemas), the same before and during an attempt."""
     out = []
     for name, seed in apps.items():
-        spec = http_spec(seed)
+        spec = own_spec(seed)
         if spec is not None:
             out.append({**catalog_entry(name, spec), "command": f"forge-service {name}"})
             continue

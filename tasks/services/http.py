@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from forge.sandboxes.services_launch import die_with_parent
 from tasks.services.base import ServiceError
+from tasks.services.mcp_app import McpApp, McpService
 
 WRITES = re.compile(
     r"(^|_)(send|create|add|update|edit|delete|remove|move|post|save|reply|set|schedule|cancel|"
@@ -206,19 +207,20 @@ class HttpApp:
         return {"audit": self.audit, "dispatches": list(self.dispatches)}
 
 
-def catalog_entry(name: str, spec: HttpService) -> dict[str, Any]:
+def catalog_entry(name: str, spec: HttpService | McpService) -> dict[str, Any]:
     """The service's entry in an attempt's catalog (as :meth:`tasks.services.World.catalog`)."""
     return {
         "service": name,
         "description": spec.description or f"The {name} service.",
         "ops": [
             {
-                "name": t.op,
+                "name": op,
                 "description": t.description,
-                "writes": writes(t.op),
+                "writes": writes(op),
                 "parameters": t.parameters,
             }
             for t in spec.tools
+            if (op := t.op if isinstance(t, HttpTool) else t.name)
         ],
     }
 
@@ -228,3 +230,16 @@ def http_spec(seed: Any) -> HttpService | None:
     if isinstance(seed, dict) and set(seed) == {"http"}:
         return HttpService.model_validate(seed["http"])
     return None
+
+
+def own_spec(seed: Any) -> HttpService | McpService | None:
+    """The task's own service an ``apps`` entry names (``{http: ...}`` or ``{mcp: ...}``), or
+    None for a built-in service's seed."""
+    if isinstance(seed, dict) and set(seed) == {"mcp"}:
+        return McpService.model_validate(seed["mcp"])
+    return http_spec(seed)
+
+
+def own_app(name: str, spec: HttpService | McpService) -> HttpApp | McpApp:
+    """A running instance of the task's own service, for one attempt."""
+    return HttpApp(name, spec) if isinstance(spec, HttpService) else McpApp(name, spec)

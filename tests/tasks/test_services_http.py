@@ -45,7 +45,7 @@ def test_calls_are_recorded_the_audit_kept_and_the_program_stopped() -> None:
         with pytest.raises(ServiceError, match="op: notebook has no operation 'drop'"):
             world.call("notebook", "drop", {})
         world.call("notebook", "add_note", {"title": "T", "body": "B"}, "mcp", 3)
-        app = world.http["notebook"]
+        app = world.own["notebook"]
         assert _listening(app.port) == ["127.0.0.1"]  # asked for nothing wider, got loopback
         pid = app._proc.pid
     finally:
