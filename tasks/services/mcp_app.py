@@ -4,11 +4,14 @@ git, memory, calculator, ...).
 
 A task names it in ``apps`` as ``{NAME: {mcp: {...}}}`` (:class:`McpService`): the command, its
 environment, its tools (name, description, JSON Schema: what the agent is offered) and,
-optionally, a ``data`` folder copied for each attempt (the command's ``{data}`` names the copy,
-which is also where it runs), so what one attempt changes the next never sees. The server runs
-beside the sandbox, never in it: the agent reaches its tools only through the attempt's service
-API (native tools, MCP, the ``forge-service`` command), each call recorded with its arguments
-and result (a *dispatch*), as for :mod:`tasks.services.http`.
+optionally, a ``data`` folder copied for each attempt (seen as ``/data`` and as its working
+folder), so what one attempt changes the next never sees. The server runs in a bubblewrap
+sandbox of its own, beside the agent's, never in it: the system read-only, its data copy and an
+empty home writable, the folders it names in ``mounts`` read-only, no network and none of the
+pod's environment (no key of the run's); some such servers run code or commands. The agent
+reaches its tools only through the attempt's service API (native tools, MCP, the
+``forge-service`` command), each call recorded with its arguments and result (a *dispatch*), as
+for :mod:`tasks.services.http`.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import IO, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from forge.sandboxes.bwrap import HOME, SYSTEM_PATH, bwrap_argv, write_etc
 from forge.sandboxes.services_launch import die_with_parent
 from tasks.services.base import ServiceError
 
@@ -51,9 +55,13 @@ class McpService(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    command: list[str] = Field(min_length=1, description="Its argv; '{data}' names the copy.")
-    env: dict[str, str] = Field(default_factory=dict, description="Its environment, beside ours.")
-    data: str | None = Field(default=None, description="A folder copied for each attempt.")
+    command: list[str] = Field(min_length=1, description="Its argv, as its sandbox sees it.")
+    env: dict[str, str] = Field(default_factory=dict, description="Its environment (PATH, HOME "
+                                "and LANG besides; nothing of the pod's).")  # fmt: skip
+    data: str | None = Field(default=None, description="A folder copied for each attempt, seen "
+                             "as /data (and where it runs).")  # fmt: skip
+    mounts: list[str] = Field(default_factory=list, description="Folders it sees read-only, at "
+                              "the same path (its installed package).")  # fmt: skip
     description: str = Field(default="", description="What the server is, shown to the model.")
     ready_timeout_s: float = Field(default=60.0, gt=0, description="Longest wait to be up.")
     call_timeout_s: float = Field(default=120.0, gt=0, description="Longest wait for a call.")
@@ -76,16 +84,20 @@ class McpApp:
         self.dispatches: list[dict[str, Any]] = []
         self.audit: Any = None
         self._tmp = tempfile.mkdtemp(prefix=f"forge-mcp-{name}-")
-        cwd = self._tmp
+        data, home, etc = (str(Path(self._tmp) / d) for d in ("data", "home", "etc"))
         if spec.data is not None:
-            cwd = str(Path(self._tmp) / "data")
-            shutil.copytree(spec.data, cwd, symlinks=True)
-        argv = [a.replace("{data}", cwd) for a in spec.command]
+            shutil.copytree(spec.data, data, symlinks=True)
+        os.makedirs(data, exist_ok=True)
+        os.makedirs(home)
+        write_etc(etc)
+        jail = bwrap_argv(workspace=data, home=home, ro_mounts={m: m for m in spec.mounts},
+                          binds={data: "/data"}, etc=etc)  # fmt: skip
+        env = {"PATH": SYSTEM_PATH, "HOME": HOME, "LANG": "C.UTF-8", **spec.env}
         self._log = open(Path(self._tmp) / "stderr.log", "wb")  # noqa: SIM115 - while it runs
-        self._proc = subprocess.Popen(  # the task's own program, never the agent's
-            argv, cwd=cwd, env={**os.environ, **spec.env}, stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=self._log, start_new_session=True,
-            preexec_fn=die_with_parent,
+        self._proc = subprocess.Popen(  # the task's own program, in a sandbox of its own
+            [*jail, "sh", "-c", 'cd /data && exec "$@"', "mcp", *spec.command], env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+            start_new_session=True, preexec_fn=die_with_parent,
         )  # fmt: skip
         self._lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, args=(self._proc.stdout,), daemon=True).start()
