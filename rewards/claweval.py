@@ -33,7 +33,7 @@ from pydantic import Field
 from forge.sandboxes.base import Sandbox
 from rewards.base import Verdict
 from rewards.common import VerifierModel
-from rewards.judge import Judge, rubric_hash
+from rewards.judge import Judge, merged_record
 
 CHILD = str(Path(__file__).with_name("claweval_grade.py"))
 PASS = 0.75
@@ -130,11 +130,7 @@ class ClawEval(VerifierModel):
             result, err = self._run(inp, Path(tmp) / "stderr", records)
         outputs = {}
         if records:
-            calls = [c for r in records for c in r["calls"]]
-            hashes = "".join(r["rubric_hash"] for r in records)
-            outputs["judge"] = json.dumps(
-                {**records[-1], "calls": calls, "rubric_hash": rubric_hash(hashes)}
-            )
+            outputs["judge"] = merged_record(records)
         if result is None:
             outputs["grader"] = err[-4000:]
             return Verdict(0.0, f"claweval grader failed: {err.strip()[-300:]}", outputs)

@@ -177,6 +177,14 @@ class Judge(VerifierModel):
         return reward, record
 
 
+def merged_record(records: list[dict[str, Any]]) -> str:
+    """One ``judge`` output of several questions asked for one verdict (each one's record from
+    :meth:`Judge.score`): every call, the last record's model, a hash of all the rubrics."""
+    calls = [c for r in records for c in r["calls"]]
+    hashes = "".join(r["rubric_hash"] for r in records)
+    return json.dumps({**records[-1], "calls": calls, "rubric_hash": rubric_hash(hashes)})
+
+
 def judge_usage(outputs: dict[str, str]) -> tuple[int, int, float]:
     """``(calls, of them cached, seconds)`` of the judges behind one episode's verdict (its
     ``verifier_outputs``)."""

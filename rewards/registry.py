@@ -26,6 +26,7 @@ from forge.sandboxes.base import Sandbox
 from rewards.answer import AnswerChars, AnswerEquals, AnswerRegex
 from rewards.app_state import AppState
 from rewards.base import Verdict, Verifier, VerifierSpec
+from rewards.claims import Claims
 from rewards.claweval import ClawEval
 from rewards.command import Command
 from rewards.common import AllOf, SpecError, VerifierModel, Weighted, join_field
@@ -56,6 +57,7 @@ VERIFIERS: dict[str, type[VerifierModel]] = {
         Judge,
         QwenClawBench,
         ClawEval,
+        Claims,
     )
 }
 

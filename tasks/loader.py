@@ -19,7 +19,7 @@ import yaml
 from pydantic import ValidationError
 
 from rewards.common import join_field
-from tasks import claw_gen, claweval, harbor, qwenclawbench
+from tasks import claw_gen, claweval, harbor, mcpatlas, qwenclawbench
 from tasks.errors import TaskError, validation_problems
 from tasks.schema import Task
 
@@ -122,7 +122,8 @@ def load_suite(
     ``harbor:PATH`` reads Harbor-format task folders (:mod:`tasks.harbor`; given ``skipped``,
     a folder that cannot load is added to it and the rest load), ``qwenclawbench:PATH`` a
     QwenClawBench checkout (:mod:`tasks.qwenclawbench`, the same way) and ``claweval:PATH`` a
-    ClawEval checkout (:mod:`tasks.claweval`, the same way)."""
+    ClawEval checkout (:mod:`tasks.claweval`, the same way) and ``mcpatlas:PATH`` MCP-Atlas's
+    credential-free subset (:mod:`tasks.mcpatlas`, the same way)."""
     text = str(name_or_path)
     if harbor.is_harbor(text):
         return harbor.load(text, skipped)
@@ -130,6 +131,8 @@ def load_suite(
         return qwenclawbench.load(text, skipped)
     if claweval.is_claweval(text):
         return claweval.load(text, skipped)
+    if mcpatlas.is_mcpatlas(text):
+        return mcpatlas.load(text, skipped)
     if claw_gen.is_generated(text) and not Path(text).exists():
         try:
             return claw_gen.load(text)

@@ -162,6 +162,15 @@ class McpApp:
             self._proc.stdin.flush()
             self._ready = True
 
+    def list_tools(self) -> list[McpTool]:
+        """Every tool the server has (``tools/list``), whatever the task offers."""
+        self.wait_ready()
+        with self._lock:
+            result = self._request("tools/list", {}, self.spec.call_timeout_s) or {}
+        return [McpTool(name=t["name"], description=t.get("description") or "",
+                        parameters=t.get("inputSchema") or {"type": "object", "properties": {}})
+                for t in result.get("tools") or []]  # fmt: skip
+
     def call(self, op: str, args: Any) -> Any:
         if op not in self.ops:
             raise ServiceError(f"op: {self.name} has no operation {op!r} (it has: "
@@ -202,3 +211,13 @@ class McpApp:
 
     def snapshot(self) -> dict[str, Any]:
         return {"audit": self.audit, "dispatches": list(self.dispatches)}
+
+
+def discover(spec: dict[str, Any]) -> list[McpTool]:
+    """The tools of the server ``spec`` (an :class:`McpService`'s fields but its ``tools``) has,
+    asked once in its sandbox; RuntimeError when it does not start."""
+    app = McpApp("discovery", McpService.model_validate({**spec, "tools": [{"name": "-"}]}))
+    try:
+        return app.list_tools()
+    finally:
+        app.close()
