@@ -4,6 +4,7 @@ the HarnessPod runs them for one attempt, in a bubblewrap sandbox of their own."
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,8 @@ import pytest
 from forge.sandboxes.bwrap import bwrap_works
 from tasks.services import World, catalog
 from tasks.services.base import ServiceError
+from tasks.services.mcp_app import discover
+from tasks.services.mcp_install import runnable
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "mcpatlas"
 SERVERS = str(FIXTURES / "servers")
@@ -76,3 +79,25 @@ def test_the_server_sees_no_network_and_no_host_files() -> None:
     finally:
         world.close()
     assert os.environ.get("HOME")  # the test's own environment is untouched
+
+
+@pytest.mark.skipif(not shutil.which("npm"), reason="needs npm (Debian's nodejs and npm)")
+def test_the_benchmarks_own_filesystem_server_installed_once_and_sandboxed() -> None:
+    """MCP-Atlas's filesystem server, the real npm package, installed into a folder of its own
+    and run offline in its sandbox on a copy of the data."""
+    argv, mounts = runnable("npx", ["@modelcontextprotocol/server-filesystem@2026.7.10", "/data"])
+    assert argv[0] == "node" and runnable("npx", ["-y", "@modelcontextprotocol/server-filesystem"
+                                                  "@2026.7.10", "/data"])[0] == argv  # fmt: skip
+    spec = {"command": argv, "mounts": mounts, "data": DATA}
+    tools = {t.name: t for t in discover(spec)}
+    assert {"read_text_file", "write_file", "list_directory"} <= set(tools)
+    world = World(
+        {"filesystem": {"mcp": {**spec, "tools": [tools["read_text_file"].model_dump()]}}}
+    )
+    try:
+        todo = world.call("filesystem", "read_text_file", {"path": "/data/notes/todo.txt"})
+        assert todo.startswith("Lena asked")
+        with pytest.raises(ServiceError, match="outside allowed directories"):
+            world.call("filesystem", "read_text_file", {"path": "/etc/passwd"})
+    finally:
+        world.close()
