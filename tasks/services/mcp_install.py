@@ -17,6 +17,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+# Python servers were written for the MCP SDK before its 2.0 (which renamed and removed what they
+# use); an unpinned install today takes 2.x and they fail at start
+PYTHON_CONSTRAINTS = ("mcp<2",)
 CACHE = Path(os.environ.get("FORGE_MCP_CACHE", Path.home() / ".cache" / "openforge" / "mcp"))
 TIMEOUT_S = 600
 
@@ -61,8 +64,8 @@ def python_command(requirement: str, program: str, args: list[str]) -> tuple[lis
     binary = folder / "bin" / program
     if not binary.is_file():
         _run([sys.executable, "-m", "venv", str(folder)], f"venv for {requirement}")
-        _run([str(folder / "bin" / "python"), "-m", "pip", "install", "-q", requirement],
-             f"pip install {requirement}")  # fmt: skip
+        _run([str(folder / "bin" / "python"), "-m", "pip", "install", "-q", requirement,
+              *PYTHON_CONSTRAINTS], f"pip install {requirement}")  # fmt: skip
     if not binary.is_file():
         raise InstallError(f"{requirement}: installed, but it has no program {program!r}")
     return [str(binary), *args], str(folder)
