@@ -24,6 +24,8 @@ def test_registry_names_every_family() -> None:
         "transcript",
         "judge",
         "qwenclawbench",
+        "claweval",
+        "claims",
         "answer_chars",
     }
 
