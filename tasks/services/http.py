@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -32,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from forge.sandboxes.services_launch import die_with_parent
 from tasks.services.base import ServiceError
-from tasks.services.mcp_app import McpApp, McpService
+from tasks.services.mcp_app import McpApp, McpService, stop_group
 
 WRITES = re.compile(
     r"(^|_)(send|create|add|update|edit|delete|remove|move|post|save|reply|set|schedule|cancel|"
@@ -194,12 +193,7 @@ class HttpApp:
                 self.audit = self._client.get(self.base + self.spec.audit, timeout=10.0).json()
             except (RuntimeError, httpx.HTTPError, ValueError) as e:
                 self.audit = {"error": f"audit unreadable: {e}"}
-        if self._proc.poll() is None:
-            try:
-                os.killpg(self._proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self._proc.wait(timeout=10)
+        stop_group(self._proc)
         self._client.close()
         self._log.close()
 

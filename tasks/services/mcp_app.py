@@ -16,6 +16,7 @@ for :mod:`tasks.services.http`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -37,6 +38,14 @@ from tasks.services.base import ServiceError
 
 PROTOCOL = "2025-06-18"
 MAX_REPLY_CHARS = 20_000
+
+
+def stop_group(proc: subprocess.Popen[Any]) -> None:
+    """Kill a service's process and every process it started (its session), then reap it."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
 
 
 class McpTool(BaseModel):
@@ -200,12 +209,7 @@ class McpApp:
 
     def close(self) -> None:
         """Stop it and every process it started; its copy of the data goes too (idempotent)."""
-        if self._proc.poll() is None:
-            try:
-                os.killpg(self._proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self._proc.wait(timeout=10)
+        stop_group(self._proc)
         self._log.close()
         shutil.rmtree(self._tmp, ignore_errors=True)
 
