@@ -285,7 +285,8 @@ async def run_attempt(
                 labels,
                 apps=apps,
                 network=out,
-                transcript=build_transcript(state.turns, answer),  # as the proxy recorded it
+                # as the proxy recorded it, its screenshots for a judge that looks at them
+                transcript=build_transcript(state.turns, answer, state.images),
             )
             reward, detail, outputs = verdict.reward, verdict.detail, verdict.outputs
     except Exception as e:

@@ -90,8 +90,13 @@ def opening(request: dict[str, Any]) -> list[dict[str, str]]:
     return out
 
 
-def build(turns: list[Any], final_answer: str | None) -> dict[str, Any]:
-    """The transcript of an attempt from its recorded turns (``Turn`` objects or their dicts)."""
+def build(
+    turns: list[Any], final_answer: str | None, images: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The transcript of an attempt from its recorded turns (``Turn`` objects or their dicts);
+    ``images``, the attempt's images by sha256 (:class:`forge.types.ImagePart`), gives it
+    ``screenshots``: those the prompts carried, in the order they first came (in memory only,
+    for a judge that looks at them; never written)."""
     records = [t if isinstance(t, dict) else t.to_dict() for t in turns]
     messages: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
@@ -119,13 +124,17 @@ def build(turns: list[Any], final_answer: str | None) -> dict[str, Any]:
                     {"role": "tool", "tool_call_id": call["id"], "name": call["name"],
                      "content": result}
                 )  # fmt: skip
-    return {
+    out = {
         "version": VERSION,
         "messages": messages,
         "tool_calls": calls,
         "final_answer": final_answer,
         "turns": len(records),
     }
+    if images:
+        order = dict.fromkeys(sha for t in records for sha in t.get("images") or [])
+        out["screenshots"] = [images[sha] for sha in order if sha in images]
+    return out
 
 
 def render(transcript: dict[str, Any], limit: int = 60_000) -> str:

@@ -10,6 +10,7 @@ and is retried, never scored 0.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -54,6 +55,22 @@ def _post(url: str, headers: dict[str, str], body: dict[str, Any], timeout_s: fl
     raise JudgeUnavailable(f"judge at {url} unreachable after {RETRIES} tries: {last}")
 
 
+def _content(api: str, prompt: str, images: list[Any]) -> Any:
+    """The user message's content: the prompt alone, or the prompt then each image."""
+    if not images:
+        return prompt
+    parts: list[dict[str, Any]] = [{"type": "text", "text": prompt}]
+    for image in images:
+        data = base64.b64encode(image.data).decode()
+        if api == "anthropic":
+            source = {"type": "base64", "media_type": image.mime, "data": data}
+            parts.append({"type": "image", "source": source})
+        else:
+            url = f"data:{image.mime};base64,{data}"
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+    return parts
+
+
 def ask(
     api: str,
     base_url: str,
@@ -64,17 +81,21 @@ def ask(
     temperature: float,
     max_tokens: int,
     timeout_s: float,
+    images: list[Any] | None = None,
 ) -> tuple[str, bool]:
-    """``(reply text, cached)`` of one judge sample."""
+    """``(reply text, cached)`` of one judge sample; ``images`` (``mime``, ``sha256``, ``data``:
+    :class:`forge.types.ImagePart`) go after the prompt, for a vision model."""
     call = {"api": api, "model": model, "prompt": prompt, "temperature": temperature,
             "max_tokens": max_tokens, "sample": sample}  # fmt: skip
+    if images:
+        call["images"] = [i.sha256 for i in images]
     path = cache_dir() / f"{request_key(call)}.json"
     if path.is_file():
         return json.loads(path.read_text())["reply"], True
     key = os.environ.get(key_env, "") if key_env else ""  # "": an endpoint that needs none
     if key_env and not key:
         raise JudgeUnavailable(f"judge: ${key_env} is not set in the verifying process")
-    messages = [{"role": "user", "content": prompt}]
+    messages = [{"role": "user", "content": _content(api, prompt, images or [])}]
     if api == "anthropic":
         url = base_url.rstrip("/") + "/v1/messages"
         headers = {"x-api-key": key, "anthropic-version": "2023-06-01"}

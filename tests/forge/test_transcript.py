@@ -4,6 +4,7 @@ of the three wire protocols."""
 from __future__ import annotations
 
 from forge.transcript import build, render
+from forge.types import ImagePart
 
 
 def _turn(request: dict, text: str = "", calls: list | None = None) -> dict:
@@ -69,3 +70,14 @@ def test_a_last_call_without_a_result_and_free_text_arguments() -> None:
          "result": None}
     ]  # fmt: skip
     assert got["final_answer"] is None and build([], None)["messages"] == []
+
+
+def test_screenshots_in_the_order_the_prompts_carried_them() -> None:
+    shots = {s: ImagePart("image/png", s, s.encode()) for s in ("a" * 64, "b" * 64)}
+    a, b = "a" * 64, "b" * 64
+    first = {"request": {"messages": [{"role": "user", "content": "go"}]}, "images": [b]}
+    turns = [{**first, "text": "", "tool_calls": []},
+             {"request": {}, "text": "done", "tool_calls": [], "images": [b, a]}]  # fmt: skip
+    transcript = build(turns, "done", shots)
+    assert [s.sha256 for s in transcript["screenshots"]] == ["b" * 64, "a" * 64]
+    assert "screenshots" not in build(turns, "done")  # no images given: none, as before

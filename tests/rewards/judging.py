@@ -49,7 +49,10 @@ def scripted_judge(
     ``$FORGE_JUDGE_MODEL``, ``$FORGE_JUDGE_API_KEY`` (``key``) and a cache in ``cache``."""
 
     def answer(method: str, path: str, headers: dict[str, str], body: Any):
-        text = reply(body["messages"][0]["content"])
+        content = body["messages"][0]["content"]  # the prompt, or it and images after it
+        text = reply(content if isinstance(content, str) else content[0]["text"])
+        if path.endswith("/v1/messages"):  # Anthropic's wire
+            return 200, {"content": [{"type": "text", "text": text}]}, {}
         return 200, {"choices": [{"message": {"role": "assistant", "content": text}}]}, {}
 
     server = StubServer(answer)

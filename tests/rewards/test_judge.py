@@ -7,6 +7,7 @@ test double for the model only): it passes an answer that contains ``42``."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 
 from actors.harness_pod import HarnessPod
 from forge.sandboxes.bwrap import bwrap_works
-from forge.types import Episode
+from forge.types import Episode, ImagePart
 from rewards.judge import Judge
 from rewards.judge_client import JudgeUnavailable
 from rewards.registry import SpecError, build_verifier
@@ -74,6 +75,36 @@ def test_replies_are_cached_by_input_so_a_rescore_costs_nothing(judge) -> None:
     assert again.reward == first.reward == 1.0
     spec.verify_with(_Box(), "43", None)  # another input: asked again
     assert len(judge.requests) == 4
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_vision_judge_is_shown_the_last_screenshots_after_the_prompt(judge, api) -> None:
+    shots = [ImagePart("image/png", f"{i}" * 64, f"png-{i}".encode()) for i in range(3)]
+    spec = Judge(rubric="The page shows 42.", sees=["answer", "screenshots"], screenshots=2,
+                 api=api, base_url=None if api == "openai" else judge_root(judge))  # fmt: skip
+    verdict = spec.verify_with(_Box(), "42", {"messages": [], "screenshots": shots})
+    content = judge.requests[-1][3]["messages"][0]["content"]
+    assert content[0]["type"] == "text" and "SCREENSHOTS: the last 2" in content[0]["text"]
+    if api == "openai":
+        urls = [p["image_url"]["url"] for p in content[1:]]
+        assert urls == [f"data:image/png;base64,{base64.b64encode(s.data).decode()}"
+                        for s in shots[1:]]  # fmt: skip
+    else:
+        assert [p["source"]["data"] for p in content[1:]] == [
+            base64.b64encode(s.data).decode() for s in shots[1:]]  # fmt: skip
+    assert json.loads(verdict.outputs["judge"])["images"] == [s.sha256 for s in shots[1:]]
+    asked = len(judge.requests)
+    spec.verify_with(_Box(), "42", {"messages": [], "screenshots": shots[:2]})
+    assert len(judge.requests) == asked + 1  # other screenshots: another question, not cached
+    blind = Judge(rubric="r", sees=["answer", "screenshots"], api=api,
+                  base_url=None if api == "openai" else judge_root(judge))  # fmt: skip
+    blind.verify_with(_Box(), "42", None)
+    assert isinstance(judge.requests[-1][3]["messages"][0]["content"], str)  # none recorded
+
+
+def judge_root(judge: StubServer) -> str:
+    """The stub's root, where an Anthropic client posts /v1/messages."""
+    return f"http://{judge.address}"
 
 
 def test_an_unreachable_judge_or_a_missing_key_raises_never_scores(judge, monkeypatch) -> None:
