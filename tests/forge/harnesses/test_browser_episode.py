@@ -4,6 +4,7 @@ task's file verifier."""
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -13,6 +14,7 @@ from forge.harnesses.gui_actions import from_pixels
 from forge.harnesses.install import PACKAGES
 from forge.sandboxes.bwrap import bwrap_works
 from tasks.schema import Task
+from tests.forge.httpstub import StubServer
 
 # The task's service: one page with one button; pressing it makes the page POST /press, and the
 # server (not the page) writes pressed.txt into the workspace, where the verifier reads it.
@@ -56,17 +58,20 @@ TASK = Task.model_validate(
 )
 
 
-def run(ray: Any, mode: str) -> Any:
+def run(ray: Any, mode: str, task: Task = TASK, env: dict[str, str] | None = None) -> Any:
     from actors.harness_pod import HarnessPod
     from forge.config import PolicyConfig
     from serve.policy import deploy_policy
 
     config = PolicyConfig(engine={"name": "scripted", "mode": mode}, num_cpus=0.25)
     handle = deploy_policy(config, f"browser-{mode}")
-    pod = ray.remote(HarnessPod).options(num_cpus=0.25).remote(handle, pod_id=f"browser-{mode}")
+    options: dict[str, Any] = {"num_cpus": 0.25}
+    if env:  # the pod's own environment (a judge's address and key)
+        options["runtime_env"] = {"env_vars": env}
+    pod = ray.remote(HarnessPod).options(**options).remote(handle, pod_id=f"browser-{mode}")
     try:
         ray.get(pod.start.remote())
-        return ray.get(pod.run_episode.remote(TASK.model_dump(), "browser"))
+        return ray.get(pod.run_episode.remote(task.model_dump(), "browser"))
     finally:
         ray.get(pod.stop.remote())
 
@@ -101,3 +106,36 @@ def test_oracle_presses_the_button_and_noop_does_not(ray_cluster) -> None:
     assert noop.status == "ok", (noop.failure, noop.harness_log[-3000:])
     assert noop.reward == 0.0 and len(noop.turns) == 1
     assert noop.turns[0].tool_calls == []
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.browser
+@pytest.mark.skipif(not bwrap_works(), reason="bubblewrap cannot create namespaces here")
+@pytest.mark.skipif(not PACKAGES["browser"].installed(), reason="forge harness install browser")
+def test_a_vision_judge_sees_the_screenshots_the_policy_saw(ray_cluster, tmp_path) -> None:
+    """A judge that looks at the page: it gets the episode's own screenshots, the last first
+    in the request after the prompt (the scripted judge passes when it is shown two)."""
+    asked: list[Any] = []
+
+    def answer(method: str, path: str, headers: dict[str, str], body: Any):
+        asked.append(body["messages"][0]["content"])
+        verdict = "PASS" if len(asked[-1]) == 3 else "FAIL"  # the prompt and two images
+        return 200, {"choices": [{"message": {"role": "assistant", "content": verdict}}]}, {}
+
+    server = StubServer(answer)
+    env = {"FORGE_JUDGE_BASE_URL": f"http://{server.address}/v1", "FORGE_JUDGE_MODEL": "vlm",
+           "FORGE_JUDGE_API_KEY": "k", "FORGE_JUDGE_CACHE": str(tmp_path)}  # fmt: skip
+    judged = TASK.model_copy(update={"verifier": {
+        "type": "judge", "rubric": "The page turned green.", "sees": ["screenshots"],
+        "screenshots": 2}})  # fmt: skip
+    try:
+        ep = run(ray_cluster, "oracle", Task.model_validate(judged.model_dump()), env)
+    finally:
+        server.close()
+    assert (ep.status, ep.reward) == ("ok", 1.0), (ep.failure, ep.verifier_detail)
+    [content] = asked
+    shown = [part["image_url"]["url"].split("base64,", 1)[1] for part in content[1:]]
+    order = list(dict.fromkeys(sha for t in ep.turns for sha in t.images))[-2:]
+    assert shown == [base64.b64encode(ep.images[sha].data).decode() for sha in order]
+    assert json.loads(ep.verifier_outputs["judge"])["images"] == order
