@@ -127,6 +127,7 @@ def _services(meta: dict[str, Any], root: Path) -> tuple[dict[str, Any], list[tu
             "health_method": str(s.get("health_check_method", "POST")).upper(),
             "audit": reset.path.removesuffix("/reset") + "/audit" if reset.path else None,
             "ready_timeout_s": float(s.get("ready_timeout") or 10) * 2,
+            "pass_env": [SEARCH_KEY] if "web_real" in str(s.get("command")) else [],
             "tools": tools[name],
         }}  # fmt: skip
     return apps, problems

@@ -65,6 +65,8 @@ import psutil
 from tasks.loader import load_suite
 from tasks.schema import Task
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its parts, however it is loaded
+
 # isort: split
 from gui_memory import MIB, MemoryWatch, sandbox_roots, tree_memory
 

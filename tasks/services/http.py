@@ -40,6 +40,7 @@ WRITES = re.compile(
 )
 MAX_REPLY_CHARS = 20_000
 SHIM = str(Path(__file__).with_name("http_shim.py"))
+BASE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ")  # what any program expects
 
 
 class HttpTool(BaseModel):
@@ -77,6 +78,11 @@ class HttpService(BaseModel):
     )
     cwd: str = Field(description="The folder it runs in (a benchmark's checkout).")
     env: dict[str, str] = Field(default_factory=dict, description="Its environment, beside PORT.")
+    pass_env: list[str] = Field(
+        default_factory=list,
+        description="Variables of the pod's environment it gets too (a search key); nothing "
+        "else of the pod's (its judge's key) reaches it.",
+    )
     description: str = Field(default="", description="What the service is, shown to the model.")
     health: str = Field(description="A path answering once it is up (/gmail/messages).")
     health_method: Literal["GET", "POST"] = Field(default="POST")
@@ -117,7 +123,8 @@ class HttpApp:
         argv = list(spec.command)
         if argv[0] in ("python", "python3") and argv[1:2] and argv[1].endswith(".py"):
             argv[:1] = [sys.executable, SHIM]  # the pod's interpreter, on loopback only
-        env = {**os.environ, **spec.env, "PORT": str(self.port), "HOST": "127.0.0.1"}
+        base = {k: os.environ[k] for k in (*BASE_ENV, *spec.pass_env) if k in os.environ}
+        env = {**base, **spec.env, "PORT": str(self.port), "HOST": "127.0.0.1"}
         self._proc = subprocess.Popen(  # the task's own program, never the agent's
             argv, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL, stdout=self._log,
             stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent,

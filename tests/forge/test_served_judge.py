@@ -73,6 +73,9 @@ def test_the_served_judge_answers_the_pods_judges_then_goes(ray_cluster, monkeyp
 
 
 @pytest.mark.slow
+@pytest.mark.full  # ~66 s: -m full; in CI the deployment, its address in the pods' options
+# (test_the_served_judge_answers_the_pods_judges_then_goes) and a judge's address reaching a real
+# pod through runtime_env (test_browser_episode.py's vision judge) cover its parts
 @pytest.mark.skipif(not bwrap_works(), reason="needs bubblewrap")
 def test_forge_eval_asks_the_judge_it_serves(tmp_path) -> None:
     """No judge of anyone's: the ClawEval fixture's judged task is scored by the run's own."""

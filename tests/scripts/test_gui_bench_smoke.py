@@ -30,7 +30,7 @@ def load() -> ModuleType:
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # its dataclasses look their module up
     spec.loader.exec_module(mod)
-    mod.SAMPLE_S = 0.1  # a short episode still gets several samples
+    sys.modules["gui_memory"].SAMPLE_S = 0.1  # a short episode still gets several samples
     return mod
 
 

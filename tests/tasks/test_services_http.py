@@ -32,7 +32,8 @@ def _listening(port: int) -> list[str]:
     return out
 
 
-def test_calls_are_recorded_the_audit_kept_and_the_program_stopped() -> None:
+def test_calls_are_recorded_the_audit_kept_and_the_program_stopped(monkeypatch) -> None:
+    monkeypatch.setenv("FORGE_JUDGE_API_KEY", "pod-secret")
     world = World(_apps())
     try:
         [entry] = world.catalog()
@@ -48,6 +49,8 @@ def test_calls_are_recorded_the_audit_kept_and_the_program_stopped() -> None:
         app = world.own["notebook"]
         assert _listening(app.port) == ["127.0.0.1"]  # asked for nothing wider, got loopback
         pid = app._proc.pid
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        assert b"pod-secret" not in environ and b"PORT=" in environ  # none of the pod's keys
     finally:
         world.close()
     with pytest.raises(ProcessLookupError):
