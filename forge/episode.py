@@ -167,7 +167,7 @@ async def run_attempt(
     relay_egress = egress["agent"] or (in_place and nets["verify"].through_egress())
     labels = {"run": pod.run, "pod": pod.pod_id, "episode": episode_id, "attempt": str(attempt)}
     spec = SandboxSpec(
-        labels=labels,
+        labels={**labels, "network": nets["agent"].mode},  # kubernetes: the phase's policy
         # verified in place (Harbor's mode): the sandbox outlives the tests too
         deadline_s=cap_s + SANDBOX_SLACK_S + (verifier_seconds(task) if in_place else 0.0),
         ro_mounts={**harness.ro_mounts(), **services.mounts(task), **app_mounts(task)},
@@ -275,6 +275,7 @@ async def run_attempt(
             out = VerifierNetwork(
                 proxy_env(egress["verify"], pod.egress_address()) if egress["verify"] else {},
                 pod.egress_socket if egress["verify"] else None,
+                nets["verify"].mode,
             )
             verdict = await asyncio.to_thread(
                 run_verifier,

@@ -124,6 +124,7 @@ class VerifierNetwork:
 
     env: dict[str, str] = field(default_factory=dict)
     egress_socket: str | None = None
+    mode: str = "none"  # the phase's network mode: a fresh verifier sandbox's ``network`` label
 
 
 class _VerifierBox:
@@ -227,7 +228,7 @@ def run_verifier(
     finally:
         agent_sandbox.destroy()
     spec = SandboxSpec(
-        labels={**(labels or {}), "role": "verifier"},
+        labels={**(labels or {}), "role": "verifier", "network": network.mode},
         deadline_s=_deadline(verifiers),
         environment=task.environment.model_dump() if task.environment else None,
         egress_socket=network.egress_socket,

@@ -15,8 +15,23 @@ FORGE_SKIP_STUDENT=1 FORGE_SKIP_VLLM=${FORGE_SKIP_VLLM:-$skip_vllm} bash scripts
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE=disabled
 markers="not gpu and not full and not vllm"
 if [ "$gpu" = 1 ]; then markers="not full"; fi
+# A -m of the caller's narrows the default tiers ("not slow": the fast tests of the default
+# command); one that names a tier (full, vllm, gpu) replaces them.
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -m) shift; expr="${1-}" ;;
+    -m*) expr="${1#-m}"; expr="${expr#=}" ;;
+    *) args+=("$1"); shift; continue ;;
+  esac
+  shift || true
+  case "$expr" in
+    *full* | *vllm* | *gpu*) markers="$expr" ;;
+    *) markers="($expr) and $markers" ;;
+  esac
+done
 .venv/bin/ruff check . || exit 1
-.venv/bin/python -m pytest --durations=25 ${markers:+-m "$markers"} "$@"
+.venv/bin/python -m pytest --durations=25 -m "$markers" ${args[@]+"${args[@]}"}
 rc=$?
 if [ "$rc" = 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi
 exit "$rc"

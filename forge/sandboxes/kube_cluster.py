@@ -1,10 +1,14 @@
 """The Kubernetes objects beside the sandbox Pods (:mod:`forge.sandboxes.kube_manifests`), as
 plain dicts (pure functions).
 
-Per run, a NetworkPolicy lets the sandboxes reach only the HarnessPods' proxy ports and be
-reached only from the HarnessPods on the agent port; a ConfigMap stands for the run and owns
-every pod (deleting it makes the garbage collector delete them). Per HarnessPod, a Lease
-carries its heartbeat.
+Per run, NetworkPolicies by phase (DESIGN decision 13): every sandbox pod is reached only
+from the HarnessPods, on the agent port, and reaches nothing; an agent-phase pod may also
+reach the HarnessPods' proxy ports (its model, and the egress proxy when its phase has a key),
+and so may a verify-phase pod whose network is ``allowlist`` or ``open`` (the egress proxy).
+A verifier pod of a ``none`` or ``proxy-only`` verify phase reaches nothing at all: the
+verifier has no model of its own (a judge runs in the HarnessPod). A ConfigMap stands for
+the run and owns every pod (deleting it makes the garbage collector delete them). Per
+HarnessPod, a Lease carries its heartbeat.
 
 :func:`cluster_manifests` is the RBAC a cluster admin applies once per namespace: the sandbox
 ServiceAccount (bound to nothing, no token mounted) and the run's own ServiceAccount, Role and
@@ -38,11 +42,18 @@ def _peers(
     return [peer] + [{"ipBlock": {"cidr": c}} for c in proxy_cidrs]
 
 
-def network_policy_name(run: str) -> str:
-    return f"openforge-sandbox-{digest(run)}"
+def network_policy_name(run: str, phase: str = "") -> str:
+    base = f"openforge-sandbox-{digest(run)}"
+    return f"{base}-{phase}" if phase else base
 
 
-def network_policy(
+PHASE_REACHES_PROXY: dict[str, list[str] | None] = {
+    "agent": None,  # every network mode: the harness needs its model's proxy
+    "verify": ["allowlist", "open"],  # the egress proxy only: a verifier has no model
+}
+
+
+def network_policies(
     namespace: str,
     run: str,
     agent_port: int,
@@ -51,13 +62,16 @@ def network_policy(
     harness_selector: dict[str, str] | None = None,
     harness_namespace: str | None = None,
     proxy_cidrs: list[str] | None = None,
-) -> dict[str, Any]:
-    """The run's sandboxes may open connections only to the HarnessPods (pods labelled
-    ``harness_selector``, in ``harness_namespace`` or the sandboxes' own; or addresses in
-    ``proxy_cidrs``) on the proxy ports (``proxy_ports``: an inclusive range, where each
-    HarnessPod's proxy listens; never any port of theirs, which would open Ray's own), and
-    accept connections only from them on the agent port. Nothing else: no DNS, no other pod
-    (another sandbox included), no internet."""
+) -> list[dict[str, Any]]:
+    """The run's NetworkPolicies, by phase. The first selects every sandbox pod of the run:
+    reached only from the HarnessPods (pods labelled ``harness_selector``, in
+    ``harness_namespace`` or the sandboxes' own; or addresses in ``proxy_cidrs``) on the agent
+    port, and no egress. Policies add up, so each of the others opens, for the pods of one
+    phase (the ``openforge.phase`` label; for verify, also its ``openforge.network`` mode), the
+    HarnessPods' proxy ports (``proxy_ports``: an inclusive range, where each HarnessPod's
+    model and egress proxies listen; never any port of theirs, which would open Ray's own).
+    Nothing else, in any phase: no DNS, no other pod (another sandbox included), no internet;
+    what an ``allowlist`` or ``open`` phase reaches beyond is the egress proxy's to decide."""
     lo, hi = proxy_ports
     if not 1 <= lo <= hi <= 65535:
         raise ValueError(f"proxy_ports: expected (first, last), 1 <= first <= last: {proxy_ports}")
@@ -65,22 +79,37 @@ def network_policy(
     port: dict[str, Any] = {"protocol": "TCP", "port": lo}
     if hi > lo:
         port["endPort"] = hi
-    egress: dict[str, Any] = {"to": peers, "ports": [port]}
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {
-            "name": network_policy_name(run),
-            "namespace": namespace,
-            "labels": run_labels(run),
-        },
-        "spec": {
-            "podSelector": {"matchLabels": {**run_labels(run), f"{LABEL}.role": ROLE_SANDBOX}},
-            "policyTypes": ["Ingress", "Egress"],
-            "ingress": [{"from": peers, "ports": [{"protocol": "TCP", "port": agent_port}]}],
-            "egress": [egress],
-        },
-    }
+    sandboxes = {**run_labels(run), f"{LABEL}.role": ROLE_SANDBOX}
+
+    def policy(phase: str, spec: dict[str, Any]) -> dict[str, Any]:
+        meta = {"name": network_policy_name(run, phase), "namespace": namespace}
+        return {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {**meta, "labels": run_labels(run)},
+            "spec": spec,
+        }
+
+    out = [
+        policy(
+            "",
+            {
+                "podSelector": {"matchLabels": sandboxes},
+                "policyTypes": ["Ingress", "Egress"],
+                "ingress": [{"from": peers, "ports": [{"protocol": "TCP", "port": agent_port}]}],
+                "egress": [],
+            },
+        )
+    ]
+    for phase, modes in PHASE_REACHES_PROXY.items():
+        selector: dict[str, Any] = {"matchLabels": {**sandboxes, f"{LABEL}.phase": phase}}
+        if modes is not None:
+            selector["matchExpressions"] = [
+                {"key": f"{LABEL}.network", "operator": "In", "values": list(modes)}
+            ]
+        spec = {"podSelector": selector, "policyTypes": ["Egress"]}
+        out.append(policy(phase, {**spec, "egress": [{"to": peers, "ports": [port]}]}))
+    return out
 
 
 def run_configmap(namespace: str, run: str) -> dict[str, Any]:

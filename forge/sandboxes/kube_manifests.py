@@ -17,7 +17,7 @@ import math
 import re
 from typing import Any
 
-LABEL = "openforge"  # label keys: openforge.run, .pod, .episode, .attempt, .role, .deadline
+LABEL = "openforge"  # label keys: openforge.run, .pod, .episode, .attempt, .role, .phase, ...
 ROLE_SANDBOX = "sandbox"
 HARNESS_SELECTOR = {f"{LABEL}.role": "harness-pod"}  # how the HarnessPods' pods are labelled
 SANDBOX_ACCOUNT = "openforge-sandbox"
@@ -73,11 +73,16 @@ def run_labels(run: str) -> dict[str, str]:
 
 def pod_labels(spec_labels: dict[str, str], deadline: float, harness: str | None) -> dict[str, str]:
     """The pod's labels: every spec label under ``openforge.`` (values made valid), the role
-    (``sandbox``; a verifier's sandbox keeps ``role=verifier`` as ``openforge.kind``), the
-    harness, and the deadline in epoch seconds (the reaper deletes pods past it)."""
+    (``sandbox``; a verifier's sandbox keeps ``role=verifier`` as ``openforge.kind``), its
+    phase (``agent``, or ``verify`` for a verifier) and the phase's ``network`` mode (the spec's
+    label; without one, the least: ``proxy-only``, ``none``), which the run's NetworkPolicies
+    select on, the harness, and the deadline in epoch seconds (the reaper deletes pods past it)."""
     out = {f"{LABEL}.{k}": label_value(str(v)) for k, v in spec_labels.items() if k != "role"}
     out.setdefault(f"{LABEL}.run", "")
-    out[f"{LABEL}.kind"] = label_value(spec_labels.get("role", "harness"))
+    kind = spec_labels.get("role", "harness")
+    out[f"{LABEL}.kind"] = label_value(kind)
+    out[f"{LABEL}.phase"] = "verify" if kind == "verifier" else "agent"
+    out.setdefault(f"{LABEL}.network", "none" if kind == "verifier" else "proxy-only")
     out[f"{LABEL}.role"] = ROLE_SANDBOX
     out[f"{LABEL}.deadline"] = str(math.ceil(deadline) + 1)
     out[f"{LABEL}.harness"] = label_value(harness or "")

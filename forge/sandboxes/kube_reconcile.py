@@ -54,15 +54,15 @@ def setup_namespace(
     owner: bool = True,
     policy: RetryPolicy | None = None,
 ) -> dict[str, Any] | None:
-    """What a run needs in ``namespace`` before its first sandbox: its NetworkPolicy, the
+    """What a run needs in ``namespace`` before its first sandbox: its NetworkPolicies, the
     sandbox ServiceAccount (created when missing, if the run may: else KubeForbidden saying to
     apply :func:`~forge.sandboxes.kube_cluster.cluster_manifests`) and, with ``owner``, the
-    run's ConfigMap. Idempotent (AlreadyExists is fine). The NetworkPolicy is posted by every
-    caller (it is the sandboxes' isolation: one deleted is made again); the rest is skipped when
-    the ConfigMap, made last, exists already. Returns the ownerReference for the run's pods,
-    or None."""
+    run's ConfigMap. Idempotent (AlreadyExists is fine). The NetworkPolicies are posted by
+    every caller (they are the sandboxes' isolation: one deleted is made again); the rest is
+    skipped when the ConfigMap, made last, exists already. Returns the ownerReference for the
+    run's pods, or None."""
     core, net = client.CoreV1Api(api), client.NetworkingV1Api(api)
-    netpol = kc.network_policy(
+    netpols = kc.network_policies(
         namespace,
         run,
         agent_port,
@@ -71,7 +71,9 @@ def setup_namespace(
         harness_namespace=harness_namespace,
         proxy_cidrs=proxy_cidrs,
     )
-    call_unless((409,), net.create_namespaced_network_policy, namespace, netpol, policy=policy)
+    for netpol in netpols:
+        call_unless((409,), net.create_namespaced_network_policy, namespace, netpol,
+                    policy=policy)  # fmt: skip
     cm = kc.run_configmap(namespace, run)
     if owner:  # made last: when it exists, so does the rest (2 calls a HarnessPod, not 4)
         made = call_unless((404,), core.read_namespaced_config_map, cm["metadata"]["name"],

@@ -230,26 +230,29 @@ def test_harness_pods_can_make_sandboxes_and_sandboxes_can_reach_them() -> None:
     assert account in bound
     env = {e["name"]: e for e in _container(_groups()["cpu"])["env"]}
     assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
-    # The NetworkPolicy the run applies (the run's config, as the RayJob gives it) admits egress
-    # from its sandboxes to these pods, and validates.
+    # The NetworkPolicies the run applies (the run's config, as the RayJob gives it) admit
+    # egress from its sandboxes to these pods, and validate.
     kube = KubernetesConfig(namespace=NAMESPACE)
-    policy = kc.network_policy(
+    policies = kc.network_policies(
         NAMESPACE,
         "gpu-claw",
         kube.agent_port,
         proxy_ports=kube.proxy_ports,
         harness_selector=kube.harness_selector,
     )
-    validate(policy)
-    (egress,) = policy["spec"]["egress"]
-    (peer,) = egress["to"]
-    assert peer["podSelector"]["matchLabels"].items() <= cpu["metadata"]["labels"].items()
-    for name in ("head", "gpu"):  # no other Ray pod is a peer of the sandboxes
-        labels = _groups()[name]["template"]["metadata"]["labels"]
-        assert not peer["podSelector"]["matchLabels"].items() <= labels.items()
+    rules = [rule for policy in policies for rule in policy["spec"]["egress"]]
+    for policy in policies:
+        validate(policy)
+    assert rules
+    for egress in rules:
+        (peer,) = egress["to"]
+        assert peer["podSelector"]["matchLabels"].items() <= cpu["metadata"]["labels"].items()
+        for name in ("head", "gpu"):  # no other Ray pod is a peer of the sandboxes
+            labels = _groups()[name]["template"]["metadata"]["labels"]
+            assert not peer["podSelector"]["matchLabels"].items() <= labels.items()
     # Of those pods, the sandboxes reach the proxy ports only: none that Ray listens on there.
-    (ports,) = egress["ports"]
-    opened = range(ports["port"], ports.get("endPort", ports["port"]) + 1)
+    (ports,) = {(p["port"], p.get("endPort", p["port"])) for e in rules for p in e["ports"]}
+    opened = range(ports[0], ports[1] + 1)
     assert list(opened) == list(range(kube.proxy_ports[0], kube.proxy_ports[1] + 1))
     declared = {p["containerPort"] for p in _container(_groups()["cpu"]).get("ports", [])}
     declared |= {int(v) for k, v in _groups()["cpu"]["rayStartParams"].items() if "port" in k}

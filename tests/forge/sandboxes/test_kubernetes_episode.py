@@ -14,11 +14,13 @@ import pytest
 from actors.harness_pod import HarnessPod
 from forge.config import PolicyConfig, ProxyConfig, SandboxConfig
 from forge.config.sandbox import PROXY_PORTS
+from forge.sandboxes.kube_manifests import HARNESS_SELECTOR
 from forge.sandboxes.registry import check_isolation
 from serve.policy import deploy_policy
 from tasks.loader import load_suite
 
 from .kube_controller import DockerKubelet, KMock, emulated_cluster
+from .netpol import may_connect
 
 pytestmark = [pytest.mark.k8s, pytest.mark.docker, pytest.mark.ray, pytest.mark.slow]
 NS, RUN = "episode", "kube-episode"
@@ -37,6 +39,20 @@ def kube_sandbox(kube: KMock) -> dict:
 def cluster(docker_daemon, docker_images) -> Iterator[tuple[KMock, DockerKubelet]]:
     with emulated_cluster(docker_daemon.host, NS) as running:
         yield running
+
+
+def reaches(policies: list[dict], pods: list[dict], *ports: int | None) -> dict[str, list[int]]:
+    """Per phase, which of the proxy's ports (and ``ports``) of a HarnessPod its pods may
+    connect to under ``policies`` (netpol.py: NetworkPolicy egress as Kubernetes applies it)."""
+    lo, hi = PROXY_PORTS
+    probe = sorted({lo, hi, *(p for p in ports if p), 6379, 8265, 52365})
+    out: dict[str, list[int]] = {}
+    for p in pods:
+        labels = p["metadata"]["labels"]
+        ok = [n for n in probe if may_connect(policies, labels, HARNESS_SELECTOR, n)]
+        out.setdefault(labels["openforge.phase"], ok)
+        assert out[labels["openforge.phase"]] == ok
+    return out
 
 
 def test_react_episode_in_kubernetes_pods_oracle_1(ray_cluster, cluster, docker_images) -> None:
@@ -63,13 +79,16 @@ def test_react_episode_in_kubernetes_pods_oracle_1(ray_cluster, cluster, docker_
     assert images == sorted([docker_images["react"], docker_images["base"]])  # harness, verifier
     assert {p["metadata"]["labels"]["openforge.run"] for p in posted} == {RUN}
     assert kube.objects("v1/pods", NS) == {}
-    # The default proxy_ports: the proxy listens on one, and the run's NetworkPolicy lets its
-    # sandbox pods reach exactly those ports of the HarnessPods' pods.
+    # The default proxy_ports: the proxy listens on one, and the run's NetworkPolicies let its
+    # agent's pod reach exactly those ports of the HarnessPods' pods, its verifier's nothing
+    # (the default verify network, proxy-only: a verifier has no model).
     lo, hi = PROXY_PORTS
-    assert lo <= int(url.rsplit(":", 1)[1]) <= hi
-    [policy] = kube.objects("networking.k8s.io/v1/networkpolicies", NS).values()
+    port = int(url.rsplit(":", 1)[1])
+    assert lo <= port <= hi
+    policies = list(kube.objects("networking.k8s.io/v1/networkpolicies", NS).values())
     ports = [{"protocol": "TCP", "port": lo, "endPort": hi}]
-    assert [rule["ports"] for rule in policy["spec"]["egress"]] == [ports]
+    assert [r["ports"] for p in policies for r in p["spec"]["egress"]] == [ports, ports]
+    assert reaches(policies, posted, port) == {"agent": sorted({lo, port, hi}), "verify": []}
 
 
 def test_each_phase_reaches_out_as_its_network_allows_in_pods(
@@ -79,8 +98,9 @@ def test_each_phase_reaches_out_as_its_network_allows_in_pods(
     internet through the HarnessPod's egress port (the second of proxy_ports, which the run's
     NetworkPolicy opens), and the grant ends with the phase: the verifier's pod, granted
     nothing, gets no way to the egress proxy. kmock's pods share the host's network, so what
-    this shows is the egress path and its keys; the NetworkPolicy that keeps a real pod off
-    every other address is checked as rendered (test_kubernetes_manifests.py)."""
+    this shows is the egress path and its keys; the NetworkPolicies that keep a real pod off
+    every other address are read as Kubernetes applies them (netpol.py) against the labels
+    of the pods the run posted: each phase's pod is fenced by its own phase's policy."""
     from tests.forge.sandboxes.standin import FETCH, STAND_IN
 
     ray = ray_cluster
@@ -109,3 +129,12 @@ def test_each_phase_reaches_out_as_its_network_allows_in_pods(
     assert [(e["phase"], e["allowed"]) for e in ep.egress] == [("agent", True)], ep.egress
     assert ep.reward == 1.0, ep.verifier_detail  # fetched by the agent; no proxy to verify
     assert kube.objects("v1/pods", NS) == {}
+    # the phases' pods, as the run's NetworkPolicies fence them on a real cluster
+    mine = [r[3] for r in kube.requests("POST", rf"/api/v1/namespaces/{NS}/pods")]
+    mine = [p for p in mine if p["metadata"]["labels"]["openforge.episode"] == "n"]
+    phases = {p["metadata"]["labels"]["openforge.phase"]: p["metadata"]["labels"] for p in mine}
+    assert phases["agent"]["openforge.network"] == "allowlist"
+    assert phases["verify"]["openforge.network"] == "proxy-only"
+    policies = list(kube.objects("networking.k8s.io/v1/networkpolicies", NS).values())
+    lo, hi = PROXY_PORTS  # where the egress proxy listens too
+    assert reaches(policies, mine) == {"agent": [lo, hi], "verify": []}

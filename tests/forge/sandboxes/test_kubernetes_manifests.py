@@ -16,6 +16,7 @@ from forge.sandboxes import kube_cluster as kc
 from forge.sandboxes import kube_manifests as km
 from forge.sandboxes.agent_boot import agent_command
 from forge.sandboxes.kube_calls import RetryPolicy, TokenBucket
+from tests.forge.sandboxes.netpol import may_connect
 
 pytestmark = pytest.mark.k8s
 VERSIONS = ("1.31.0", kubernetes_validate.latest_version() + ".0")
@@ -86,6 +87,7 @@ def test_pod_manifest_fields_and_schema() -> None:
     assert labels["openforge.run"] == "run-1" and labels["openforge.attempt"] == "2"
     assert labels["openforge.episode"] == "ep-0007" and labels["openforge.pod"] == "pod-3"
     assert labels["openforge.role"] == "sandbox" and labels["openforge.kind"] == "harness"
+    assert labels["openforge.phase"] == "agent" and labels["openforge.network"] == "proxy-only"
     assert labels["openforge.deadline"] == "1900000002"
     assert m["metadata"]["ownerReferences"][0]["kind"] == "ConfigMap"
 
@@ -130,20 +132,64 @@ def test_label_values() -> None:
     assert km.label_value("") == ""
 
 
-def test_network_policy_allows_only_harness_pods() -> None:
-    p = kc.network_policy("sbx", "run-1", 8937, proxy_ports=(21000, 21063))
-    validate(p)
-    spec = p["spec"]
-    assert spec["podSelector"]["matchLabels"] == {
+HARNESS_POD = {"openforge.role": "harness-pod"}
+RAY_PORTS = (6379, 8265, 10001, 52365)  # the GCS, the dashboard and its job API, Ray Client
+
+
+def sandbox(run: str, phase: str, network: str) -> dict[str, str]:
+    """A sandbox pod's labels as the backend writes them."""
+    role = "verifier" if phase == "verify" else "harness"
+    labels = km.pod_labels({"run": run, "role": role, "network": network}, 0.0, None)
+    labels.pop("openforge.deadline")
+    return labels
+
+
+def test_network_policies_fence_each_phase() -> None:
+    """Every sandbox pod is reached only from the HarnessPods, on the agent port. An agent-phase
+    pod, whatever its network mode, reaches the HarnessPods' proxy ports and nothing else (no
+    other port of theirs, no other pod, no address); a verify-phase pod reaches them only when
+    its network goes through the egress proxy (allowlist, open), and else nothing at all."""
+    ps = kc.network_policies("sbx", "run-1", 8937, proxy_ports=(21000, 21063))
+    for p in ps:
+        validate(p)
+    names = [p["metadata"]["name"] for p in ps]
+    assert len(set(names)) == 3 and all(n.startswith("openforge-sandbox-") for n in names)
+    base = ps[0]["spec"]
+    assert base["podSelector"]["matchLabels"] == {
         "openforge.run": "run-1",
         "openforge.role": "sandbox",
     }
-    assert spec["policyTypes"] == ["Ingress", "Egress"]
-    peers = [{"podSelector": {"matchLabels": {"openforge.role": "harness-pod"}}}]
-    assert spec["ingress"] == [{"from": peers, "ports": [{"protocol": "TCP", "port": 8937}]}]
-    proxy = [{"protocol": "TCP", "port": 21000, "endPort": 21063}]
-    assert spec["egress"] == [{"to": peers, "ports": proxy}]  # the proxies, nothing else
-    q = kc.network_policy(
+    assert base["policyTypes"] == ["Ingress", "Egress"] and base["egress"] == []
+    peers = [{"podSelector": {"matchLabels": HARNESS_POD}}]
+    assert base["ingress"] == [{"from": peers, "ports": [{"protocol": "TCP", "port": 8937}]}]
+    assert not any("Ingress" in p["spec"]["policyTypes"] for p in ps[1:])
+    reach = {}
+    for phase in ("agent", "verify"):
+        for mode in ("none", "proxy-only", "allowlist", "open"):
+            pod = sandbox("run-1", phase, mode)
+            assert may_connect(ps, pod, HARNESS_POD, 21000) == may_connect(
+                ps, pod, HARNESS_POD, 21063
+            )
+            assert not may_connect(ps, pod, HARNESS_POD, 20999)
+            assert not may_connect(ps, pod, HARNESS_POD, 21064)
+            assert not any(may_connect(ps, pod, HARNESS_POD, port) for port in RAY_PORTS)
+            assert not may_connect(ps, pod, sandbox("run-1", "agent", "open"), 21000)
+            assert not may_connect(ps, pod, {}, 443, ip="93.184.216.34")
+            assert not may_connect(ps, pod, {"k8s-app": "kube-dns"}, 53)
+            reach[phase, mode] = may_connect(ps, pod, HARNESS_POD, 21000)
+    assert reach == {
+        ("agent", "none"): True,  # its model's proxy stays: the harness needs it
+        ("agent", "proxy-only"): True,
+        ("agent", "allowlist"): True,
+        ("agent", "open"): True,
+        ("verify", "none"): False,
+        ("verify", "proxy-only"): False,  # a verifier has no model of its own
+        ("verify", "allowlist"): True,
+        ("verify", "open"): True,
+    }
+    # another run's pods are not this run's policies' business
+    assert may_connect(ps, sandbox("run-2", "verify", "none"), HARNESS_POD, 21000)
+    q = kc.network_policies(
         "sbx",
         "run-1",
         8937,
@@ -151,18 +197,21 @@ def test_network_policy_allows_only_harness_pods() -> None:
         harness_namespace="ray",
         proxy_cidrs=["10.0.0.5/32"],
     )
-    validate(q)
-    eg = q["spec"]["egress"][0]
+    for p in q:
+        validate(p)
+    eg = q[1]["spec"]["egress"][0]
     assert eg["ports"] == [{"protocol": "TCP", "port": 20000, "endPort": 20999}]
     assert eg["to"][0]["namespaceSelector"] == {
         "matchLabels": {"kubernetes.io/metadata.name": "ray"}
     }
     assert eg["to"][1] == {"ipBlock": {"cidr": "10.0.0.5/32"}}
-    single = kc.network_policy("sbx", "r", 1, proxy_ports=(8931, 8931))
-    assert single["spec"]["egress"][0]["ports"] == [{"protocol": "TCP", "port": 8931}]
+    assert may_connect(q, sandbox("run-1", "agent", "none"), {}, 20000, ip="10.0.0.5")
+    assert not may_connect(q, sandbox("run-1", "agent", "none"), {}, 20000, ip="10.0.0.6")
+    single = kc.network_policies("sbx", "r", 1, proxy_ports=(8931, 8931))
+    assert single[1]["spec"]["egress"][0]["ports"] == [{"protocol": "TCP", "port": 8931}]
 
 
-def test_network_policy_always_names_the_proxy_ports() -> None:
+def test_network_policies_always_name_the_proxy_ports() -> None:
     """Never "every port of the HarnessPods' pods" (Ray's raylet, object manager and dashboard
     agent listen there): with the default config, and with any config, each egress rule names
     the proxy ports, and each ingress rule the agent port; there is no way to ask for none."""
@@ -173,19 +222,22 @@ def test_network_policy_always_names_the_proxy_ports() -> None:
     assert kube.proxy_ports == PROXY_PORTS
     net = {k: getattr(kube, k) for k in ("harness_selector", "harness_namespace")}
     for cidrs in ([], ["10.0.0.0/24"]):
-        p = kc.network_policy("sbx", "r", kube.agent_port, proxy_ports=kube.proxy_ports,
-                              proxy_cidrs=cidrs, **net)  # fmt: skip
-        validate(p)
+        ps = kc.network_policies("sbx", "r", kube.agent_port, proxy_ports=kube.proxy_ports,
+                                 proxy_cidrs=cidrs, **net)  # fmt: skip
         lo, hi = PROXY_PORTS
-        for rule in p["spec"]["egress"]:
+        rules = [rule for p in ps for rule in p["spec"]["egress"]]
+        assert len(rules) == 2
+        for rule in rules:
             assert rule["ports"] == [{"protocol": "TCP", "port": lo, "endPort": hi}], rule
-        for rule in p["spec"]["ingress"]:
-            assert rule["ports"] == [{"protocol": "TCP", "port": kube.agent_port}], rule
+        for p in ps:
+            validate(p)
+            for rule in p["spec"].get("ingress", []):
+                assert rule["ports"] == [{"protocol": "TCP", "port": kube.agent_port}], rule
     with pytest.raises(TypeError, match="proxy_ports"):
-        kc.network_policy("sbx", "r", 8937)  # type: ignore[call-arg]
+        kc.network_policies("sbx", "r", 8937)  # type: ignore[call-arg]
     for bad in [(0, 10), (9000, 8000), (1, 70000)]:
         with pytest.raises(ValueError, match="proxy_ports"):
-            kc.network_policy("sbx", "r", 8937, proxy_ports=bad)
+            kc.network_policies("sbx", "r", 8937, proxy_ports=bad)
 
 
 def test_rbac_and_other_objects_validate() -> None:

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from forge.config import ProxyConfig, SandboxConfig
+from forge.sandboxes import kube_cluster as kc
 from forge.sandboxes import kube_manifests as km
 from forge.sandboxes import kubernetes as kube_backend
 from forge.sandboxes.base import SandboxSpec
@@ -130,10 +131,11 @@ def test_a_default_run_fences_its_sandboxes_to_the_proxy_ports(kube: KMock) -> N
     """A run with the default ``sandbox.kubernetes`` (only the API's URL and the namespace
     given), against kmock with the local kubelet: the HarnessPod's proxy listens on a port of
     ``proxy_ports``; its sandbox (made as an attempt makes it, handed the proxy's address)
-    runs; and the NetworkPolicy the run created lets the run's sandbox pods reach exactly
-    those ports of the HarnessPods' pods (no other port, no other peer) and be reached only
-    from them, on the agent port. (A whole episode on the default config, in pods of the test
-    dockerd: test_kubernetes_episode.py.)"""
+    runs; and the NetworkPolicies the run created let the run's sandbox pods be reached only
+    from the HarnessPods, on the agent port, and reach nothing, but for each phase's own
+    policy: exactly the proxy ports of the HarnessPods' pods (no other port, no other peer).
+    (A whole episode on the default config, in pods of the test dockerd:
+    test_kubernetes_episode.py.)"""
     import asyncio
 
     import yaml
@@ -172,12 +174,21 @@ def test_a_default_run_fences_its_sandboxes_to_the_proxy_ports(kube: KMock) -> N
     assert out == "up\n"
     lo, hi = PROXY_PORTS
     assert lo <= port <= hi
-    [policy] = kube.objects("networking.k8s.io/v1/networkpolicies", ns).values()
+    policies = {
+        p["metadata"]["name"]: p
+        for p in kube.objects("networking.k8s.io/v1/networkpolicies", ns).values()
+    }
+    policy = policies[kc.network_policy_name(run)]
     spec = policy["spec"]
     harness_pods = [{"podSelector": {"matchLabels": {"openforge.role": "harness-pod"}}}]
-    assert spec["egress"] == [
-        {"to": harness_pods, "ports": [{"protocol": "TCP", "port": lo, "endPort": hi}]}
-    ]
+    assert spec["egress"] == []  # the run's sandboxes reach nothing but what a phase opens
+    for phase in ("agent", "verify"):
+        opened = policies[kc.network_policy_name(run, phase)]["spec"]
+        assert opened["policyTypes"] == ["Egress"]
+        assert opened["egress"] == [
+            {"to": harness_pods, "ports": [{"protocol": "TCP", "port": lo, "endPort": hi}]}
+        ]
+    assert len(policies) == 3
     agent = SandboxConfig().kubernetes.agent_port
     assert spec["ingress"] == [
         {"from": harness_pods, "ports": [{"protocol": "TCP", "port": agent}]}
