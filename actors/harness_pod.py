@@ -343,6 +343,7 @@ class HarnessPod:
             temperature=chat.sampling.temperature,
             sampling_overridden=replaced,
             invalid_tool_calls=completion.invalid_tool_calls,
+            token_versions=completion.token_versions,
             images=[image.sha256 for image in images],
         )
         for image in images:

@@ -137,8 +137,11 @@ class Completion:
     content: str
     tool_calls: list[ToolCall]
     finish_reason: str  # "stop" | "length" | "tool_calls"
-    policy_version: int
+    policy_version: int  # the weights of its first sampled token (the oldest, if several)
     invalid_tool_calls: int = 0  # tool-call blocks in the text that did not parse (kept as text)
+    # each completion token's policy version: a weight update mid-stream (an engine that keeps
+    # its requests in flight across it, vLLM's ``inflight: keep``) changes it for what follows
+    token_versions: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -167,6 +170,7 @@ class Turn:
     delivered: bool = True  # False: the client had gone before the answer reached it
     invalid_tool_calls: int = 0  # tool-call blocks in the text that did not parse
     images: list[str] = field(default_factory=list)  # sha256 of each prompt image, in order
+    token_versions: list[int] = field(default_factory=list)  # per completion token (Completion)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -15,8 +15,11 @@ Weight swaps are atomic: a batch runs under a lock, and :meth:`update_weights` t
 lock, so in-flight requests finish on the old weights, queued ones wait and run on the new ones,
 and a completion's version always names the weights that produced it. An engine that batches
 continuously itself (``engine.continuous``, vLLM) gets each request at once instead; a swap then
-holds new requests at a gate, waits for the ones in flight (or lets the engine abort them, and
-they fail), swaps and opens the gate.
+holds new requests at a gate and, per the engine's ``inflight``, keeps the ones in flight frozen
+across it (``keep``: they go on under the new weights once it is done, so a stream pauses only
+for the swap itself), waits for them (``wait``), or lets the engine abort them (``abort``: they
+fail); then it opens the gate. Every completion carries each token's version
+(``Completion.token_versions``): with ``keep``, the tokens after a swap carry the new one.
 """
 
 from __future__ import annotations
@@ -119,8 +122,15 @@ class Policy:
             raise ImageInputError(f"model {self.model_name()!r} takes no images", images[0].field)
 
     def _complete(
-        self, chat: ChatRequest, request: EngineRequest, out: EngineOutput, version: int
+        self,
+        chat: ChatRequest,
+        request: EngineRequest,
+        out: EngineOutput,
+        version: int,
+        versions: list[int] | None = None,
     ) -> Completion:
+        """The completion of ``out``; ``versions``: each of its tokens' policy version (None:
+        all ``version``'s, the weights it was admitted under)."""
         text = self.tokenizer.decode(out.completion_ids, skip_special_tokens=True)
         parsed = parse_completion(text) if chat.tools else ParsedText(text, [], 0)
         content, calls = parsed.content, parsed.calls
@@ -128,6 +138,7 @@ class Policy:
         finish = "tool_calls" if calls and finish == "stop" else finish
         self.stats["requests"] += 1
         self.stats["completion_tokens"] += len(out.completion_ids)
+        versions = versions if versions is not None else [version] * len(out.completion_ids)
         return Completion(
             prompt_ids=request.prompt_ids,
             completion_ids=out.completion_ids,
@@ -136,12 +147,16 @@ class Policy:
             content=content,
             tool_calls=calls,
             finish_reason=finish,
-            policy_version=version,
+            policy_version=versions[0] if versions else version,
             invalid_tool_calls=parsed.invalid,
+            token_versions=versions,
         )
 
     async def generate(self, chat: ChatRequest) -> Completion:
         request = self._prepare(chat)
+        if self.continuous and hasattr(self.engine, "stream"):  # each token's version
+            (event,) = [e async for e in self._stream(chat, request, live=False)]
+            return event[1]
         return self._complete(chat, request, *await self._run(request))
 
     async def _run(self, request: EngineRequest) -> tuple[EngineOutput, int]:
@@ -161,21 +176,34 @@ class Policy:
         if not (self.continuous and hasattr(self.engine, "stream")):
             yield "done", self._complete(chat, request, *await self._run(request))
             return
+        async for event in self._stream(chat, request, live=True):
+            yield event
+
+    async def _stream(
+        self, chat: ChatRequest, request: EngineRequest, live: bool
+    ) -> AsyncIterator[tuple[str, Any]]:
+        """A continuous engine's stream: ``("text", delta)`` as content is sampled (when
+        ``live``), then ``("done", completion)`` with each token's version as it arrived."""
         ids: list[int] = []
         logprobs: list[float] = []
+        versions: list[int] = []  # each token's, as it arrives: a swap mid-stream shows here
         finish: str | None = None
         sent = ""
         async with self._admit() as version:
             async for delta in self.engine.stream(request):
                 ids += delta.completion_ids
                 logprobs += delta.logprobs
+                versions += [self.version] * len(delta.completion_ids)
                 finish = delta.finish_reason or finish
+                if not live:
+                    continue
                 text = self.tokenizer.decode(ids, skip_special_tokens=True)
                 safe = safe_content(text, bool(chat.tools))
                 if len(safe) > len(sent) and safe.startswith(sent):
                     yield "text", safe[len(sent) :]
                     sent = safe
-        yield "done", self._complete(chat, request, EngineOutput(ids, logprobs, finish), version)
+        out = EngineOutput(ids, logprobs, finish)
+        yield "done", self._complete(chat, request, out, version, versions)
 
     async def _generate_batch(
         self, requests: list[EngineRequest]
@@ -251,8 +279,9 @@ class Policy:
         return await self.update_weights(state, version)  # received while serving, then swapped
 
     async def _swap_continuous(self, swap: Callable[[], Awaitable[Any]], version: int) -> float:
-        """Hold new requests at the gate, let those in flight finish (or the engine abort them),
-        run ``swap`` and open the gate on the new version."""
+        """Hold new requests at the gate; per ``engine.inflight``, keep those in flight frozen
+        (the engine pauses them), let them finish, or let the engine abort them; run ``swap``
+        and open the gate on the new version."""
         start = time.perf_counter()
         async with self._swap:  # one swap at a time
             self._open.clear()

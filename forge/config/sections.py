@@ -42,10 +42,12 @@ class EngineConfig(_Strict):
     )
     kv_cache_gib: float = Field(1.0, gt=0, description="vllm only: memory for the KV cache (GiB).")
     tensor_parallel_size: int = Field(1, ge=1, description="vllm only: GPUs one replica spans.")
-    inflight: Literal["wait", "abort"] = Field(
-        "wait",
-        description="vllm only: at a weight update, let in-flight requests finish on the old "
-        "weights ('wait') or abort them, failing their attempts ('abort').",
+    inflight: Literal["keep", "wait", "abort"] = Field(
+        "keep",
+        description="vllm only: at a weight update, keep in-flight requests frozen across it and "
+        "go on under the new weights ('keep': a stream pauses only for the update, and each "
+        "token records its version), let them finish on the old weights first ('wait'), or "
+        "abort them, failing their attempts ('abort').",
     )
 
     base_url: str | None = Field(

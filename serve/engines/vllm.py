@@ -13,8 +13,10 @@ the Trainer's log-prob gap metrics show the difference and ``rollout_correction:
 it. :meth:`stream` yields the ids as vLLM samples them (the Policy's ``generate_stream`` passes
 them on to streamed requests).
 
-Weight updates: :meth:`swap_weights` pauses vLLM (in-flight requests finish first, or are
-aborted and reported as failed, per ``inflight``), sends the weights as safetensors bytes to the
+Weight updates: :meth:`swap_weights` pauses vLLM (per ``inflight``: in-flight requests are
+kept, frozen where they are and recomputed under the new weights when generation resumes, the
+default, so a stream pauses only for the update; or they finish first; or they are aborted and
+reported as failed), sends the weights as safetensors bytes to the
 workers' :class:`~serve.engines.vllm_worker.WeightLoader`, clears the KV and prefix caches (no
 prefix computed with the old weights is reused) and resumes. :meth:`receive_weights` does the
 same with the workers receiving the trainer's broadcast themselves (NCCL on GPUs). The Policy
@@ -45,6 +47,9 @@ class RequestAborted(RuntimeError):
     """A request vLLM aborted (a weight update with ``inflight="abort"``)."""
 
 
+INFLIGHT = ("keep", "wait", "abort")  # what a weight update does to the requests in flight
+
+
 def checkpoint_dir(model: str, seed: int = 0) -> Path:
     """A Hugging Face checkpoint directory vLLM can load for ``model`` (built-in models are
     written once into the cache)."""
@@ -73,7 +78,7 @@ class VllmEngine:
         max_model_len: int = 8192,
         kv_cache_gib: float = 1.0,
         tensor_parallel_size: int = 1,
-        inflight: str = "wait",
+        inflight: str = "keep",
         device: str = "cpu",
     ) -> None:
         from transformers import AutoTokenizer
@@ -81,8 +86,8 @@ class VllmEngine:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        if inflight not in ("wait", "abort"):
-            raise ValueError(f"engine.inflight: {inflight!r} is not 'wait' or 'abort'")
+        if inflight not in INFLIGHT:
+            raise ValueError(f"engine.inflight: {inflight!r} is not one of {', '.join(INFLIGHT)}")
         path = checkpoint_dir(model, seed)
         self.tokenizer = (  # the very tokenizer the Trainer and the torch engine use
             build_byte_tokenizer()
@@ -192,10 +197,12 @@ class VllmEngine:
         await self._reload("receive_broadcast", message, rank)
 
     async def _reload(self, method: str, *args: Any) -> None:
+        # clear_cache drops every cached block, those of kept requests too (they are recomputed
+        # under the new weights when generation resumes), and again after the load
         await self.engine.pause_generation(mode=self.inflight, clear_cache=True)
         try:
             await self.engine.collective_rpc(method, args=args)
-            await self.engine.reset_prefix_cache()
+            await self.engine.reset_prefix_cache(reset_running_requests=True)
         finally:
             await self.engine.resume_generation()
 

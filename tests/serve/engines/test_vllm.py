@@ -50,18 +50,19 @@ def weight_store(ray_cluster):
 def deployments(ray_cluster, weight_store):
     """The module's two vLLM Policies, deployed side by side (``serve.run_many``: a vLLM replica
     takes most of a minute to start here, much of it one process's imports, so two start
-    together in well under the time of two): ``wait``, the default ``inflight``, subscribed to
-    ``weight_store`` so the collective test broadcasts into it too; and ``abort``. As
-    ``deploy_policy`` does for one."""
+    together in well under the time of two): ``keep``, the default ``inflight``, subscribed to
+    ``weight_store`` so the collective test broadcasts into it too; and ``wait``. As
+    ``deploy_policy`` does for one. (``abort``: the Policy's side in
+    tests/serve/test_policy_inflight.py; vLLM's own in its ``pause_generation``.)"""
     from ray import serve
 
     from serve.policy import policy_app
 
     configs = {
-        "wait": ("vllm-test", PolicyConfig(engine=ENGINE, num_cpus=0.5, weight_store="vllm-ws")),
-        "abort": (
-            "vllm-abort-test",
-            PolicyConfig(engine={**ENGINE, "inflight": "abort"}, num_cpus=0.5),
+        "keep": ("vllm-test", PolicyConfig(engine=ENGINE, num_cpus=0.5, weight_store="vllm-ws")),
+        "wait": (
+            "vllm-wait-test",
+            PolicyConfig(engine={**ENGINE, "inflight": "wait"}, num_cpus=0.5),
         ),
     }
     serve.start(proxy_location="Disabled")
@@ -74,7 +75,7 @@ def deployments(ray_cluster, weight_store):
 
 @pytest.fixture(scope="module")
 def vllm_policy(deployments):
-    return deployments["wait"]
+    return deployments["keep"]
 
 
 def _state_dict(seed: int):
@@ -118,40 +119,51 @@ def test_greedy_output_changes_exactly_when_the_version_changes(vllm_policy) -> 
     assert back.policy_version == version + 2 and back.completion_ids == first.completion_ids
 
 
-def test_a_request_in_flight_during_a_swap_is_not_mixed(vllm_policy) -> None:
-    """A long greedy request overlapping an update finishes entirely on one set of weights: its
-    tokens equal that version's greedy output, and it names that version."""
+def test_a_request_kept_across_a_swap_goes_on_under_the_new_weights(vllm_policy) -> None:
+    """``inflight: keep`` (the default): a long greedy request overlapping an update is not held
+    to the end, nor aborted; it is frozen, recomputed under the new weights and goes on. Its
+    tokens up to the swap are the old weights' greedy output, those after carry the new
+    version, and the update returned while the request was still running."""
     import time
 
     chat = _chat("Tell a long story.", max_tokens=300)
     version = vllm_policy.get_version.remote().result()
-    reference = {version: vllm_policy.generate.remote(chat).result().completion_ids}
+    before = vllm_policy.generate.remote(chat).result().completion_ids
     long = vllm_policy.generate.remote(chat)
-    time.sleep(0.3)  # the request is in flight (300 tokens take seconds here)
+    time.sleep(0.5)  # the request is in flight (300 tokens take seconds here)
     vllm_policy.update_weights.remote(_state_dict(seed=1), version + 1).result()
-    reference[version + 1] = vllm_policy.generate.remote(chat).result().completion_ids
+    try:
+        long.result(timeout_s=0)
+        running = False
+    except TimeoutError:
+        running = True
     done = long.result()
-    assert done.policy_version == version  # "wait": it finished on the weights it started on
-    assert done.completion_ids == reference[done.policy_version]
-    assert reference[version] != reference[version + 1]
     vllm_policy.update_weights.remote(_state_dict(seed=0), version + 2).result()
+    versions = done.token_versions
+    assert len(versions) == len(done.completion_ids) and done.policy_version == version
+    cut = versions.index(version + 1) if version + 1 in versions else len(versions)
+    assert 0 < cut < len(versions), versions  # it spanned the swap
+    assert versions == [version] * cut + [version + 1] * (len(versions) - cut)
+    assert done.completion_ids[:cut] == before[:cut]  # the old weights' tokens, as they were
+    assert running
 
 
-def test_abort_mode_fails_the_request_in_flight_and_serves_the_next(deployments) -> None:
-    """``inflight: abort``: the request in flight during a swap ends as an error (its attempt
-    fails) instead of finishing on the old weights; the next request runs on the new ones."""
+def test_wait_mode_finishes_the_request_in_flight_on_its_weights(deployments) -> None:
+    """``inflight: wait``: a long greedy request overlapping an update finishes entirely on one
+    set of weights: its tokens equal that version's greedy output, and it names that version."""
     import time
 
-    policy = deployments["abort"]
+    policy = deployments["wait"]
     chat = _chat("Tell a long story.", max_tokens=300)
-    policy.generate.remote(_chat("warm up", max_tokens=4)).result()
+    reference = {0: policy.generate.remote(chat).result().completion_ids}
     long = policy.generate.remote(chat)
-    time.sleep(0.5)  # in flight: 300 tokens take seconds here
+    time.sleep(0.5)  # the request is in flight (300 tokens take seconds here)
     policy.update_weights.remote(_state_dict(seed=1), 1).result()
-    with pytest.raises(Exception, match="aborted by a weight update"):
-        long.result()
-    after = policy.generate.remote(chat).result()
-    assert after.policy_version == 1 and after.completion_ids
+    reference[1] = policy.generate.remote(chat).result().completion_ids
+    done = long.result()
+    assert done.policy_version == 0  # it finished on the weights it started on
+    assert done.token_versions == [0] * len(done.completion_ids)
+    assert done.completion_ids == reference[0] != reference[1]
 
 
 def test_streams_tokens_as_vllm_samples_them(vllm_policy) -> None:
