@@ -101,6 +101,9 @@ class Scheduler:
         self._stopping = False
         self._next_sweep = self._next_retire = self._next_send = 0.0
         self.version = 0
+        # seconds with nothing queued or in flight (the rollouts wait: for a request in sync
+        # mode, for weights in async), counted at each dispatch pass; a settle wakes one
+        self.rollout_idle_s, self._idle_since = 0.0, time.monotonic()
         self.last_progress = time.monotonic()
         self.last_loop_error: str | None = None
         self.ledger = Ledger(self.config.name)  # counts and metrics of settled attempts
@@ -263,6 +266,7 @@ class Scheduler:
         self._launch()
         if self._pending and not self._stopping:  # more pods, started beside the dispatch
             self.pool.grow(len(self._pending), self._wake.set)
+        self._idle_tick()
         now = time.monotonic()
         if now >= self._next_sweep:
             self._next_sweep = now + SWEEP_S
@@ -273,6 +277,13 @@ class Scheduler:
         if now >= self._next_retire and len(self.pool.pods) > self.rollout.min_pods:
             self._next_retire = now + RETIRE_S
             await self.pool.retire_idle()
+
+    def _idle_tick(self) -> None:
+        """Add the idle time up to this pass, and note whether the rollouts wait from now."""
+        now, idle = time.monotonic(), not (self._pending or self._running)
+        if self._idle_since is not None:
+            self.rollout_idle_s += now - self._idle_since
+        self._idle_since = now if idle else None
 
     def _launch(self, freed: Pod | None = None) -> None:
         """Lend an idle pod to each queued attempt there is one for, journal them, send the

@@ -27,6 +27,8 @@ def stats(sched: Any) -> dict[str, Any]:
             for h, c in sched.ledger.by_harness.items()
         },
         "idle_s": time.monotonic() - sched.last_progress,
+        "rollout_idle_s": sched.rollout_idle_s
+        + (time.monotonic() - sched._idle_since if sched._idle_since is not None else 0.0),
         "buffer_calls": sched.outbox.calls,
         "buffer_records_lost": sched.outbox.lost,
     }

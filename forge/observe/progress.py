@@ -67,7 +67,8 @@ class Progress:
             "failed_attempts": sched["attempts_failed"],
             "episodes_per_s": episodes / dt,
             "tokens_per_s": tokens / dt,
-            "collect_s": collect_s,
+            "collect_s": collect_s,  # the trainer waited for this step's groups
+            "rollout_idle_s": sched.get("rollout_idle_s", 0.0),  # all so far: nothing to run
             "step_s": dt,
             "elapsed_s": now - self.t_start,
         }

@@ -82,6 +82,9 @@ def test_groups_flow_into_buffer_and_pool_shrinks(ray_cluster, policy, tmp_path)
         assert all(ep.reward == 1.0 and ep.status == "ok" for ep in group)
     stats = ray.get(sched.stats.remote())
     assert stats["attempts_dispatched"] == stats["attempts_ok"] == 12
+    # nothing more requested: the rollouts wait, and the wait is counted as it goes
+    time.sleep(1.0)
+    assert ray.get(sched.stats.remote())["rollout_idle_s"] >= stats["rollout_idle_s"] + 1.0
     # Demand for 12 attempts grows the pool to max_pods in the background; on a loaded machine
     # the first pod may have run every attempt before the others joined, so wait for them.
     assert _stat_reaches(ray, sched, "pods_started", 3) == 3
