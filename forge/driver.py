@@ -314,7 +314,9 @@ class Run:
         self.step += 1
         config = self.config
         if config.eval_every and self.step % config.eval_every == 0:
+            t_eval = time.perf_counter()
             stats.update(self.evaluate())
+            stats["eval_s"] = time.perf_counter() - t_eval
         if config.checkpoint_every and self.step % config.checkpoint_every == 0:
             self.checkpoint()
         return progress.step(
