@@ -131,16 +131,18 @@ def test_create_exec_destroy_sends_what_we_expect(
         e["value"] for e in pod_spec["containers"][0]["env"] if e["name"] == "FORGE_AGENT_TOKEN"
     )
     assert len(token) == 64 and token not in caplog.text and token not in repr(box)
-    for path in (
-        PODS,
-        r"/apis/networking.k8s.io/v1/namespaces/[^/]+/networkpolicies",
-        r"/api/v1/namespaces/[^/]+/configmaps",
-        r"/apis/coordination.k8s.io/v1/namespaces/[^/]+/leases",
-        r"/api/v1/namespaces/[^/]+/serviceaccounts",
+    for path, count in (
+        (PODS, 1),
+        (r"/apis/networking.k8s.io/v1/namespaces/[^/]+/networkpolicies", 3),  # all, and by phase
+        (r"/api/v1/namespaces/[^/]+/configmaps", 1),
+        (r"/apis/coordination.k8s.io/v1/namespaces/[^/]+/leases", 1),
+        (r"/api/v1/namespaces/[^/]+/serviceaccounts", 1),
     ):
-        [body] = env.posts(path)
-        for version in ("1.31.0", kubernetes_validate.latest_version() + ".0"):
-            kubernetes_validate.validate(body, version, strict=True)
+        bodies = env.posts(path)
+        assert len(bodies) == count, path
+        for body in bodies:
+            for version in ("1.31.0", kubernetes_validate.latest_version() + ".0"):
+                kubernetes_validate.validate(body, version, strict=True)
     box.destroy()
     box.destroy()
     deletes = env.kube.requests("DELETE", rf"{PODS.replace('[^/]+', env.ns)}/{box.name}")
@@ -155,7 +157,7 @@ def test_setup_namespace_is_idempotent(env: Env) -> None:
     first = setup_namespace(env.api, env.ns, "run-a", **args)
     second = setup_namespace(env.api, env.ns, "run-a", **args)
     assert first == second and first is not None and first["uid"]
-    assert len(env.kube.objects("networking.k8s.io/v1/networkpolicies", env.ns)) == 1
+    assert len(env.kube.objects("networking.k8s.io/v1/networkpolicies", env.ns)) == 3
     assert len(env.kube.objects("v1/serviceaccounts", env.ns)) == 1
     assert setup_namespace(env.api, env.ns, "run-b", owner=False, **args) is None
 
