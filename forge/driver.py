@@ -344,14 +344,8 @@ def main(config: RunConfig, resume: bool = False) -> int:
     try:
         require_loggers(config.logging)
         run = Run(config, resume=resume)
-    except (
-        ConfigError,
-        TaskError,
-        TaskImageError,
-        HarnessNotInstalled,
-        IsolationUnavailable,
-        LoggerMissing,
-    ) as e:
+    except (ConfigError, TaskError, TaskImageError, HarnessNotInstalled, IsolationUnavailable,
+            LoggerMissing) as e:  # fmt: skip
         print(f"forge run: {e}", file=sys.stderr)
         return 2
     progress = Progress(config, start_step=run.step)
