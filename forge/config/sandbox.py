@@ -1,5 +1,6 @@
-"""The sandbox part of :class:`forge.config.RunConfig`: ``sandbox`` and ``sandbox.kubernetes``
-(import them from ``forge.config``), and :class:`Strict`, every section's base."""
+"""The sandbox part of :class:`forge.config.RunConfig`: ``sandbox``, ``sandbox.kubernetes`` and
+``sandbox.warm_pool`` (import them from ``forge.config``), and :class:`Strict`, every section's
+base."""
 
 from __future__ import annotations
 
@@ -122,6 +123,46 @@ class KubernetesConfig(Strict):
         return labels
 
 
+class WarmPoolConfig(Strict):
+    """``sandbox.warm_pool``: sandboxes made ahead for the agent phase (docker, kubernetes), so
+    an attempt's start is a handover, not a container's or pod's creation
+    (:mod:`forge.sandboxes.warm_pool`). Off (size 0) by default."""
+
+    size: int = Field(
+        0,
+        ge=0,
+        le=256,
+        description="Ready sandboxes kept per process and kind (backend, image, read-only "
+        "mounts, proxy and egress sockets, limits, phase network), refilled in the background; "
+        "each serves one attempt only and is destroyed after it. 0: off, every attempt creates "
+        "its own. docker and kubernetes only (local sandboxes cost ~2 ms to make).",
+    )
+    max_age_s: float = Field(
+        1800.0,
+        gt=0,
+        description="A warm sandbox not handed over within this many seconds of its creation "
+        "is destroyed and replaced.",
+    )
+    max_attempt_s: float = Field(
+        3600.0,
+        gt=0,
+        description="The longest sandbox deadline (an attempt's: its harness cap, slack and an "
+        "in-place verifier's time) a warm sandbox serves; a longer one gets a sandbox of its "
+        "own. A warm sandbox's deadline label is its creation + max_age_s + max_attempt_s: "
+        "after a crash the reaper finds it by that label (or by its dead creator) at the latest.",
+    )
+    max_pools: int = Field(
+        2,
+        ge=1,
+        description="Most pools (kinds of sandbox, as size says) a process keeps: a spec of "
+        "another kind beyond them gets a sandbox of its own, so per-task mounts cannot multiply "
+        "the warm sandboxes.",
+    )
+    fill_parallel: int = Field(
+        2, ge=1, le=32, description="Sandboxes a pool creates at once while it refills."
+    )
+
+
 class SandboxConfig(Strict):
     backend: Literal["local", "docker", "kubernetes"] = Field(
         "local",
@@ -191,4 +232,8 @@ class SandboxConfig(Strict):
     )
     kubernetes: KubernetesConfig = Field(
         default_factory=KubernetesConfig, description="kubernetes backend settings."
+    )
+    warm_pool: WarmPoolConfig = Field(
+        default_factory=WarmPoolConfig,
+        description="docker, kubernetes: agent-phase sandboxes made ahead (size 0: off).",
     )

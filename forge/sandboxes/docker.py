@@ -23,7 +23,9 @@ writable root and its workdir on the container's layer, with the files the image
 pids limits come from :class:`SandboxConfig`;
 labels name the run, HarnessPod, episode, attempt and a deadline (epoch seconds), so
 :func:`~forge.sandboxes.docker_api.reap_containers` finds leaked ones. The workspace and home
-live in the container.
+live in the container. With ``sandbox.warm_pool`` an attempt takes over a container made ahead
+(:mod:`forge.sandboxes.warm_pool`; labelled ``warm`` instead of an episode and attempt, which
+its host folder's ``attempt.json`` then records).
 A task that brings its own Dockerfile (a Harbor task) runs from its own image
 (:mod:`forge.images.task`) with the harness's files mounted, in the Dockerfile's workdir, with
 the environment its Dockerfile set; its compose services start in its network namespace, its
@@ -33,6 +35,8 @@ the environment its Dockerfile set; its compose services start in its network na
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import os
 import secrets
@@ -47,7 +51,7 @@ from typing import Any
 from forge.config import SandboxConfig
 from forge.images import builder
 from forge.images import tags as images
-from forge.sandboxes import bridge, task_services
+from forge.sandboxes import bridge, task_services, warm_pool
 from forge.sandboxes.agent_boot import (
     DEFAULT_PATH,
     HARNESS_GID,
@@ -146,6 +150,17 @@ class DockerSandbox(AgentSandbox):
     def create(self, spec: SandboxSpec) -> None:
         if self._state.dir is not None:
             raise RuntimeError("sandbox already created")
+        warm = warm_pool.take(self, spec)
+        if warm is not None:  # made ahead: a handover, no container created now
+            warm_pool.hand_over(self, warm, spec)
+            self._proxy_addr, self._path = warm._proxy_addr, warm._path
+            record = {"labels": spec.labels, "deadline": self.deadline, "since": time.time()}
+            try:  # the attempt's identity, which the container's labels cannot take now
+                (self._state.dir / "attempt.json").write_text(json.dumps(record))
+            except BaseException:
+                self._finalizer()
+                raise
+            return
         client = client_for(self.config.docker_host)
         self._state.client = client
         for host in spec.ro_mounts:
@@ -170,6 +185,14 @@ class DockerSandbox(AgentSandbox):
         except BaseException:  # leave no container or folder behind a failed create
             self._finalizer()
             raise
+
+    def warm_key(self) -> tuple[Any, ...]:
+        """What fixes this sandbox besides its spec: a warm pool's kind."""
+        return (self.config.model_dump_json(), self.harness)
+
+    def warm_factory(self) -> functools.partial[DockerSandbox]:
+        """New sandboxes made as this one (a warm pool's)."""
+        return functools.partial(DockerSandbox, self.config, self.harness)
 
     def _start(self, client: Any, spec: SandboxSpec, binds: dict[str, str]) -> None:
         d = self._make_dir(spec)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -184,6 +185,29 @@ class Heartbeat:
             quick = RetryPolicy(2, timeout_s=5.0, max_throttled_s=5.0)
             with contextlib.suppress(ApiException, KubeError):
                 call(coord.delete_namespaced_lease, self.name, self.namespace, policy=quick)
+
+
+QUICK = RetryPolicy(2, timeout_s=5.0, max_throttled_s=5.0)  # what may not hold an attempt up
+
+
+def relabel_for(state: Any, labels: dict[str, str], deadline: float,
+                policy: RetryPolicy | None = None) -> bool:  # fmt: skip
+    """Label a warm pod handed to an attempt (``state``: its api, namespace, name) with the
+    attempt's ``episode`` and ``attempt`` of ``labels`` and its ``deadline`` (epoch seconds:
+    past it the reaper deletes the pod, sooner than its pool's deadline). One PATCH; a failure
+    is logged, never raised: the pool's labels keep the pod reapable."""
+    new = {f"{km.LABEL}.{k}": km.label_value(str(labels[k]))
+           for k in ("episode", "attempt") if k in labels}  # fmt: skip
+    new[f"{km.LABEL}.deadline"] = str(math.ceil(deadline) + 1)
+    core = client.CoreV1Api(state.api)
+    try:
+        call(core.patch_namespaced_pod, state.name, state.namespace, {"metadata": {"labels": new}},
+             policy=policy or QUICK)  # fmt: skip
+        return True
+    except (ApiException, KubeError) as e:
+        log.warning("warm pod %s/%s: labelling it for its attempt failed (%s); it keeps its "
+                    "pool's labels", state.namespace, state.name, e)  # fmt: skip
+        return False
 
 
 MASS_EXPIRY = 0.5  # more than this share of the pods' Leases stale at once: blame the API

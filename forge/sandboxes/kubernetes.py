@@ -28,7 +28,9 @@ same attempt is deleted and created again, anyone else's is left alone with an e
 still pending after ``pod_start_timeout_s`` is deleted and :class:`PodStartError` raised
 (an infrastructure failure: the attempt is retried in a fresh sandbox). Sandboxes reach the
 attempt's proxy at ``SandboxSpec.proxy_tcp`` directly (the HarnessPod must listen on its pod
-IP); the NetworkPolicy allows nothing else.
+IP); the NetworkPolicy allows nothing else. With ``sandbox.warm_pool`` an attempt takes over a
+pod made ahead (:mod:`forge.sandboxes.warm_pool`), relabelled with its episode, attempt and
+deadline (one PATCH); its phase labels, which the NetworkPolicies select on, are its pool's.
 
 Tested against kmock, an emulated API server (no real Kubernetes API server can be installed
 where this was written); see tests/forge/sandboxes/test_kubernetes*.py.
@@ -37,6 +39,7 @@ where this was written); see tests/forge/sandboxes/test_kubernetes*.py.
 from __future__ import annotations
 
 import atexit
+import functools
 import ipaddress
 import logging
 import os
@@ -55,6 +58,7 @@ from forge.sandboxes import agent_boot as boot
 from forge.sandboxes import agent_client as ac
 from forge.sandboxes import kube_manifests as km
 from forge.sandboxes import kube_reconcile as kr
+from forge.sandboxes import warm_pool
 from forge.sandboxes.agent_sandbox import AgentSandbox
 from forge.sandboxes.base import SandboxSpec
 from forge.sandboxes.kube_api import (
@@ -238,6 +242,17 @@ class KubernetesSandbox(AgentSandbox):
             disk_mb=cfg.disk_mb,
         )
 
+    def warm_key(self) -> tuple[Any, ...]:
+        """What fixes this sandbox besides its spec: a warm pool's kind."""
+        overrides = (id(self._api), id(self.policy), id(self._bucket))
+        return (self.config.model_dump_json(), self.settings.model_dump_json(), *overrides,
+                self.harness)  # fmt: skip
+
+    def warm_factory(self) -> functools.partial[KubernetesSandbox]:
+        """New sandboxes made as this one (a warm pool's)."""
+        kw = {"settings": self.settings, "policy": self.policy, "bucket": self._bucket}
+        return functools.partial(KubernetesSandbox, self.config, self.harness, api=self._api, **kw)
+
     # -- lifecycle ------------------------------------------------------------------------
 
     def create(self, spec: SandboxSpec) -> None:
@@ -247,6 +262,12 @@ class KubernetesSandbox(AgentSandbox):
             raise ValueError(
                 "a task with its own image (a Harbor task) needs sandbox.backend=docker"
             )
+        warm = warm_pool.take(self, spec)
+        if warm is not None:  # made ahead: a handover, no pod created now
+            warm_pool.hand_over(self, warm, spec)
+            self.pod_ip = warm.pod_ip
+            kr.relabel_for(self._state, spec.labels, self.deadline + START_SLACK_S, self.policy)
+            return
         s = self.settings
         if self._api is None and spec.proxy_tcp:  # before any API call: a clear error
             unreachable_proxy(spec.proxy_tcp.rsplit(":", 1)[0], s)

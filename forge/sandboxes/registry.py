@@ -1,6 +1,7 @@
 """Sandbox backends by name: ``make_sandbox("local", root=..., isolation=...)``,
 ``sandbox_for(config, harness)``, the check a run makes at its start that its sandboxes can be
-isolated (DESIGN.md decision 8), and ``reap_sandboxes``, the reconcile pass by label."""
+isolated (DESIGN.md decision 8), ``reap_sandboxes``, the reconcile pass by label, and
+``prewarm``, which fills a warm pool (``sandbox.warm_pool``) before an attempt needs it."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ from collections.abc import Collection
 from typing import Any
 
 from forge.config import ProxyConfig, SandboxConfig
+from forge.sandboxes import warm_pool
 from forge.sandboxes.base import ExecResult, Sandbox, SandboxSpec
 from forge.sandboxes.bwrap import IsolationUnavailable, require_bwrap
 from forge.sandboxes.docker import DockerSandbox
 from forge.sandboxes.docker_api import DockerUnavailable
 from forge.sandboxes.local import UNISOLATED_WARNING, LocalSandbox
 from forge.sandboxes.orphans import reap_orphans
+from forge.sandboxes.warm_pool import WarmPool
 
 log = logging.getLogger(__name__)
 SANDBOXES: dict[str, type] = {"local": LocalSandbox, "docker": DockerSandbox}
@@ -32,7 +35,8 @@ def make_sandbox(backend: str, **options: Any) -> Sandbox:
 
 def sandbox_for(config: SandboxConfig, harness: str | None) -> Sandbox:
     """A new, not yet created sandbox for one attempt of ``harness`` (None: a verifier's
-    sandbox) as ``config`` describes it."""
+    sandbox) as ``config`` describes it. On docker and kubernetes with ``sandbox.warm_pool``,
+    its ``create`` takes over a sandbox made ahead when one of its kind is ready."""
     if config.backend == "local":
         return LocalSandbox(root=config.root, isolation=config.isolation, disk_mb=config.disk_mb)
     if config.backend == "docker":
@@ -42,6 +46,15 @@ def sandbox_for(config: SandboxConfig, harness: str | None) -> Sandbox:
 
         return KubernetesSandbox(config, harness)
     return make_sandbox(config.backend)
+
+
+def prewarm(config: SandboxConfig, harness: str | None, spec: SandboxSpec) -> WarmPool | None:
+    """Start filling this process's warm pool for attempts of ``harness`` like ``spec`` (a
+    HarnessPod at its start, with its proxy's sockets and its labels); None when
+    ``sandbox.warm_pool`` is off, the backend has none (local) or ``spec`` is not served warm."""
+    if config.backend not in ("docker", "kubernetes"):
+        return None
+    return warm_pool.prewarm(sandbox_for(config, harness), spec)
 
 
 def check_isolation(config: SandboxConfig, proxy: ProxyConfig | None = None) -> None:
@@ -101,6 +114,7 @@ __all__ = [
     "SandboxSpec",
     "check_isolation",
     "make_sandbox",
+    "prewarm",
     "reap_sandboxes",
     "sandbox_for",
 ]
