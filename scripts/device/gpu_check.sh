@@ -10,6 +10,8 @@
 #                  the machine has three GPUs (trainer and both Policies each on their own: NCCL
 #                  refuses two ranks on one device), else gloo through host memory (said in the
 #                  output).
+#   weight-pause.txt  the stall a weight update causes to a vLLM stream in flight, inflight keep
+#                  against wait, on random-init Qwen2 0.5B (scripts/bench/weight_pause.py)
 #   trainer-verl.txt  the verl trainer backend (veRL's FSDP2 actor, one rank per GPU, bf16) on a
 #                  random-init Qwen2.5-0.5B-shaped model against the torch backend on the same
 #                  batch: tokens/s side by side, and each backend's weight publication (gather,
@@ -33,6 +35,9 @@ for model in qwen2-0.5b-random qwen2-1.5b-random; do
     > "$OUT/engines-$model.txt" 2>&1
   grep -v "INFO\|WARNING\|pid=" "$OUT/engines-$model.txt" | tail -10
 done
+timeout 300 .venv/bin/python scripts/bench/weight_pause.py --model qwen2-0.5b-random \
+  --device cuda --tokens 512 --reps 3 > "$OUT/weight-pause.txt" 2>&1
+grep "^|\|^trainer" "$OUT/weight-pause.txt" | tail -5
 # the verl backend: one FSDP rank per GPU Ray holds (all but the last, which the torch backend
 # uses, on a machine of several); the broadcast's receiver needs a GPU of its own for NCCL
 ranks=1
