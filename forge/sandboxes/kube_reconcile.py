@@ -21,6 +21,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Collection
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,26 +189,40 @@ class Heartbeat:
 
 
 QUICK = RetryPolicy(2, timeout_s=5.0, max_throttled_s=5.0)  # what may not hold an attempt up
+_relabeller: ThreadPoolExecutor | None = None
+_relabel_lock = threading.Lock()
 
 
-def relabel_for(state: Any, labels: dict[str, str], deadline: float,
+def relabel_for(api: Any, namespace: str, name: str, labels: dict[str, str], deadline: float,
                 policy: RetryPolicy | None = None) -> bool:  # fmt: skip
-    """Label a warm pod handed to an attempt (``state``: its api, namespace, name) with the
-    attempt's ``episode`` and ``attempt`` of ``labels`` and its ``deadline`` (epoch seconds:
-    past it the reaper deletes the pod, sooner than its pool's deadline). One PATCH; a failure
-    is logged, never raised: the pool's labels keep the pod reapable."""
+    """Label a warm pod handed to an attempt with the attempt's ``episode`` and ``attempt`` of
+    ``labels`` and its ``deadline`` (epoch seconds: past it the reaper deletes the pod, sooner
+    than its pool's deadline). One PATCH; a failure is logged, never raised (the pool's labels
+    keep the pod reapable), and a pod already deleted is no failure. Whether it was patched."""
     new = {f"{km.LABEL}.{k}": km.label_value(str(labels[k]))
            for k in ("episode", "attempt") if k in labels}  # fmt: skip
     new[f"{km.LABEL}.deadline"] = str(math.ceil(deadline) + 1)
-    core = client.CoreV1Api(state.api)
     try:
-        call(core.patch_namespaced_pod, state.name, state.namespace, {"metadata": {"labels": new}},
-             policy=policy or QUICK)  # fmt: skip
+        call(client.CoreV1Api(api).patch_namespaced_pod, name, namespace,
+             {"metadata": {"labels": new}}, policy=policy or QUICK)  # fmt: skip
         return True
     except (ApiException, KubeError) as e:
-        log.warning("warm pod %s/%s: labelling it for its attempt failed (%s); it keeps its "
-                    "pool's labels", state.namespace, state.name, e)  # fmt: skip
+        if getattr(e, "status", None) != 404:  # 404: destroyed before its label came
+            log.warning("warm pod %s/%s: labelling it for its attempt failed (%s); it keeps "
+                        "its pool's labels", namespace, name, e)  # fmt: skip
         return False
+
+
+def relabel_later(api: Any, namespace: str, name: str, labels: dict[str, str], deadline: float,
+                  policy: RetryPolicy | None = None) -> Future[bool]:  # fmt: skip
+    """:func:`relabel_for` on this process's relabelling threads (two): a handover does not
+    wait on the API server (a burst of them would queue there), and the pool's labels are
+    valid until the new ones land."""
+    global _relabeller
+    with _relabel_lock:
+        if _relabeller is None:
+            _relabeller = ThreadPoolExecutor(2, thread_name_prefix="forge-relabel")
+    return _relabeller.submit(relabel_for, api, namespace, name, dict(labels), deadline, policy)
 
 
 MASS_EXPIRY = 0.5  # more than this share of the pods' Leases stale at once: blame the API

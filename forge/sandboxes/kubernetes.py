@@ -30,7 +30,8 @@ still pending after ``pod_start_timeout_s`` is deleted and :class:`PodStartError
 attempt's proxy at ``SandboxSpec.proxy_tcp`` directly (the HarnessPod must listen on its pod
 IP); the NetworkPolicy allows nothing else. With ``sandbox.warm_pool`` an attempt takes over a
 pod made ahead (:mod:`forge.sandboxes.warm_pool`), relabelled with its episode, attempt and
-deadline (one PATCH); its phase labels, which the NetworkPolicies select on, are its pool's.
+deadline (one PATCH, in the background); its phase labels, which the NetworkPolicies select on,
+are its pool's.
 
 Tested against kmock, an emulated API server (no real Kubernetes API server can be installed
 where this was written); see tests/forge/sandboxes/test_kubernetes*.py.
@@ -50,6 +51,7 @@ import time
 import urllib.parse
 import weakref
 from collections.abc import Collection
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,6 +183,7 @@ class KubernetesSandbox(AgentSandbox):
         self.policy, self._api, self._bucket = policy, api, bucket
         self.spec = SandboxSpec()
         self.image = self.name = self.pod_ip = ""
+        self.relabelled: Future[bool] | None = None  # a warm pod's labels for its attempt
         self.deadline = 0.0
         self._state = _State()
         self._finalizer = weakref.finalize(self, _cleanup, self._state)
@@ -266,7 +269,9 @@ class KubernetesSandbox(AgentSandbox):
         if warm is not None:  # made ahead: a handover, no pod created now
             warm_pool.hand_over(self, warm, spec)
             self.pod_ip = warm.pod_ip
-            kr.relabel_for(self._state, spec.labels, self.deadline + START_SLACK_S, self.policy)
+            self.relabelled = kr.relabel_later(self._state.api, self._state.namespace, self.name,
+                                               spec.labels, self.deadline + START_SLACK_S,
+                                               self.policy)  # fmt: skip
             return
         s = self.settings
         if self._api is None and spec.proxy_tcp:  # before any API call: a clear error

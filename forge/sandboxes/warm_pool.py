@@ -8,10 +8,12 @@ mounts, the proxy's and egress proxy's sockets, the proxy port, the labels but t
 run, HarnessPod, phase network). The pool is made by the first attempt of its kind (which
 creates its own sandbox meanwhile; :func:`prewarm` makes it ahead) and refilled to ``size`` by
 its own threads. A handover pops one ready sandbox under the pool's lock, so no sandbox is ever
-handed out twice; it checks the agent answers, then the backend gives it the attempt: its
-deadline counting from the handover, its environment, its identity (see the backends'
-``_adopt``). Only the agent phase is served (a verifier's sandbox, or a task's own image, is
-created as before), and a sandbox serves one attempt: it is destroyed after it, never returned.
+handed out twice; it checks the agent answers, then the backend gives it the attempt
+(:func:`hand_over`): its deadline counting from the handover, its environment, its identity
+(kubernetes patches the pod's labels in the background; a docker container's cannot change, so
+its host folder's ``attempt.json`` records it). Only the agent phase is served (a verifier's
+sandbox, or a task's own image, is created as before), and a sandbox serves one attempt: it is
+destroyed after it, never returned.
 
 Leaks: a warm sandbox carries the run's and HarnessPod's labels, ``warm`` (the pool's id and
 its number), its creator's pid (docker) or the HarnessPod's heartbeat Lease (kubernetes), and a

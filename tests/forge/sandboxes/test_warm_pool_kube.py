@@ -114,6 +114,7 @@ def test_handover_sends_no_pod_creation(env) -> None:
     box.create(spec(4, env={"FOO": "bar"}))
     assert box.name in ready and pool.handed == 1
     assert not [p for p in e.pod_posts() if p["metadata"]["labels"].get("openforge.episode")]
+    assert box.relabelled is not None and box.relabelled.result(30)  # in the background
     labels = e.pods()[box.name]["metadata"]["labels"]  # relabelled for its attempt
     assert (labels["openforge.episode"], labels["openforge.attempt"]) == ("ep-4", "4")
     assert labels["openforge.run"] == "run-w" and labels["openforge.phase"] == "agent"
@@ -213,6 +214,6 @@ def test_size_0_changes_nothing(env) -> None:
     [posted] = e.pod_posts()
     assert posted["metadata"]["name"] == box.name == km.pod_name(spec(2).labels)
     assert posted["metadata"]["labels"]["openforge.attempt"] == "2"
-    assert "openforge.warm" not in posted["metadata"]["labels"]
+    assert "openforge.warm" not in posted["metadata"]["labels"] and box.relabelled is None
     box.destroy()
     assert e.pods() == {}
