@@ -39,6 +39,7 @@ from forge.sandboxes import services
 from forge.sandboxes.base import ExecResult, SandboxSpec
 from forge.sandboxes.egress import EgressProxy, proxy_env
 from forge.sandboxes.registry import sandbox_for
+from forge.stages import stage_marks
 from forge.trajectory import assemble
 from forge.transcript import build as build_transcript
 from forge.types import Episode
@@ -149,9 +150,13 @@ async def run_attempt(
     harness_options: dict[str, Any],
     temperature: float | None = None,
     attempt_timeout_s: float | None = None,
+    stages: dict[str, float] | None = None,
 ) -> Episode:
     """Play the attempt; ``attempt_timeout_s``: the scheduler's bound on the whole attempt,
-    which sets how long the Policy may keep the harness waiting (:func:`harness_cap_s`)."""
+    which sets how long the Policy may keep the harness waiting (:func:`harness_cap_s`).
+    ``stages``, when given, gets the seconds each stage took (:data:`forge.stages.STAGES`),
+    for the episode-overhead benchmark and anyone asking where an attempt's time went."""
+    mark = stage_marks(stages)
     task = Task.model_validate(task) if isinstance(task, dict) else task
     harness = get_harness(harness_name, **harness_options)
     adapt = getattr(harness, "adapt_task", None)  # optional: a desktop harness on a page task
@@ -197,7 +202,9 @@ async def run_attempt(
     reward, detail, error = 0.0, "", ""
     outputs: dict[str, str] = {}
     try:
+        mark("setup")
         await asyncio.to_thread(sandbox.create, spec)
+        mark("create")
         world = pod.attempt_state(episode_id, attempt).world
         if world is not None:  # a task's own services are up before the harness starts
             await asyncio.to_thread(world.wait_ready)
@@ -229,7 +236,9 @@ async def run_attempt(
         names = list(env)  # the harness's own: its services (the page relay) do not get them
         env = {**env, PAGE_KEY_ENV: info["api_key"]} if pages.ports else env
         command = services.wrap(pages.relayed(task, base), ctx, harness.command(ctx), names)
+        mark("files")
         result = await run_harness(sandbox, command, env, clock, cap_s)
+        mark("harness")
         answer_file = getattr(harness, "answer_file", None)  # optional: the agent writes it
         answer_path = answer_file(ctx) if answer_file is not None else None
         if clock.fired:  # its sandbox is gone, and a timed-out attempt is not verified
@@ -260,6 +269,7 @@ async def run_attempt(
     stalled = result is not None and result.timed_out and not clock.fired
     failure, truncated = classify_end(result, state, task.limits.max_turns, stalled=stalled)
     verifier_boxes: list[Any] = []
+    mark("close")
 
     def new_sandbox() -> Any:  # the verifier's own sandboxes: same backend, fresh, no harness
         box = sandbox_for(pod.sandbox_config, None)
@@ -293,10 +303,12 @@ async def run_attempt(
     except Exception as e:
         failure, error = "verifier_error", f"{type(e).__name__}: {e}"
     finally:
+        mark("verify")
         egress_log += _end_phase(pod, "verify", egress)
         await asyncio.to_thread(sandbox.destroy)  # a no-op when run_verifier destroyed it
         for box in (sandbox, *verifier_boxes):
             pod.sandboxes.discard(box)
+        mark("destroy")
     segments, resets = assemble(state.turns)
     log_text = error or (result.stderr[-LOG_TAIL:] if result else "")
     if state.errors:
@@ -304,7 +316,7 @@ async def run_attempt(
     if state.refusals:
         shown = "\n".join(f"proxy rejected: {r}" for r in state.refusals[:5])
         log_text = f"{shown}\n{log_text}"
-    return Episode(
+    episode = Episode(
         episode_id=episode_id,
         task_id=task.id,
         attempt=attempt,
@@ -336,6 +348,8 @@ async def run_attempt(
             temperature,
         ),
     )
+    mark("assemble")
+    return episode
 
 
 def _grant(pod: AttemptHost, policy: PhaseNetwork) -> str | None:

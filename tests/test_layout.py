@@ -54,6 +54,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "forge.rng",
             "forge.episode_images",
             "forge.cluster",
+            "forge.stages",
         ),
     ),
     (

@@ -8,23 +8,37 @@ against one scripted-oracle Policy deployment:
   the sandbox destroyed;
 - *by hand*: the same adapter's config files written into a temp HOME and workspace, and the
   same command run as a plain subprocess against the same Policy served over HTTP
-  (``forge serve``'s app), with no sandbox, proxy or verifier.
+  (``forge serve``'s app), with no sandbox, proxy or verifier;
+- *baseline* (``--baseline DIR``): a HarnessPod imported from another checkout of the code
+  (``git worktree add /tmp/base COMMIT``), in the same run, interleaved with the other two, so
+  a change is measured side by side with the code before it.
 
-It also times creating and destroying a bare sandbox. The target is a ratio under 1.15 for
-harnesses whose own run takes over 1 s.
+Where the difference goes: each episode is also played by a HarnessPod in this process
+(``run_attempt``'s ``stages``: setup, sandbox create, files, the harness's run, close, verify,
+destroy, assembly), and the difference between that and the actor is Ray's share. The harness's
+run is split by timing ``true`` run the way the harness is: in a bare sandbox, then through the
+proxy bridge as well. It also times creating and destroying a sandbox, as the pod's settings
+make it (``sandbox.disk_mb``: a quota file system, as root) and without a quota. The target is
+a ratio under 1.15 (react's 0.1 s episode included).
 
-    .venv/bin/python scripts/bench/episode_overhead.py [--harness react,pi,codex,...] [--reps 3]
+    .venv/bin/python scripts/bench/episode_overhead.py [--harness react,pi,codex,...] [--reps 5]
+        [--baseline /tmp/base]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
+import uuid
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import forge  # noqa: F401  (before ray: a loopback-only local cluster)
 
@@ -33,12 +47,14 @@ import ray
 
 from actors.harness_pod import HarnessPod
 from forge.cluster import init_ray
-from forge.config import PolicyConfig
+from forge.config import PolicyConfig, SandboxConfig
+from forge.episode import run_attempt
 from forge.harnesses.base import AttemptContext
 from forge.harnesses.registry import get_harness
 from forge.sandboxes.base import SandboxSpec
 from forge.sandboxes.bwrap import HOME, require_bwrap, sandbox_path_var
-from forge.sandboxes.registry import make_sandbox
+from forge.sandboxes.registry import sandbox_for
+from forge.stages import STAGES
 from serve.policy import deploy_policy
 from serve.server import BackgroundServer, make_app
 from tasks.loader import load_suite
@@ -84,10 +100,11 @@ def by_hand(harness: str, task, url: str) -> float:
         return took
 
 
-def sandbox_times(reps: int) -> tuple[list[float], list[float]]:
+def sandbox_times(config: SandboxConfig, reps: int) -> tuple[list[float], list[float]]:
+    """Create and destroy times of ``reps`` sandboxes made as ``config`` makes them."""
     create, destroy = [], []
     for _ in range(reps):
-        box = make_sandbox("local")
+        box = sandbox_for(config, None)
         t0 = time.perf_counter()
         box.create(SandboxSpec(proxy_tcp="127.0.0.1:9"))
         t1 = time.perf_counter()
@@ -97,14 +114,124 @@ def sandbox_times(reps: int) -> tuple[list[float], list[float]]:
     return create, destroy
 
 
+def exec_times(socket_path: str, reps: int) -> dict[str, list[float]]:
+    """``true`` run as a harness is: in a bare sandbox, and with the proxy relayed in."""
+    times: dict[str, list[float]] = {"exec true": [], "exec true, proxy bridge": []}
+    config = SandboxConfig(disk_mb=None)
+    for _ in range(reps):
+        for name, proxy in (("exec true", None), ("exec true, proxy bridge", socket_path)):
+            box = sandbox_for(config, None)
+            box.create(SandboxSpec(proxy_socket=proxy))
+            try:
+                t0 = time.perf_counter()
+                box.exec(["true"], 30)
+                times[name].append(time.perf_counter() - t0)
+            finally:
+                box.destroy()
+    return times
+
+
+class LocalPod:
+    """A HarnessPod in this process, on its own event loop thread: its episodes report where
+    their time went (``run_attempt``'s ``stages``)."""
+
+    def __init__(self, policy: Any) -> None:
+        self.pod = HarnessPod(policy, pod_id="bench-local")
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        self.call(self.pod.start())
+
+    def call(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def episode(self, task: Any, harness: str, stages: dict[str, float]) -> Any:
+        eid = uuid.uuid4().hex
+        return self.call(
+            run_attempt(self.pod, task.model_dump(), harness, 0, eid, {}, stages=stages)
+        )
+
+    def stop(self) -> None:
+        self.call(self.pod.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+def timed(fn: Callable[..., Any], *args: Any) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    out = fn(*args)
+    return time.perf_counter() - t0, out
+
+
+def remote_episode(pod: Any, task: Any, harness: str) -> Any:
+    """One episode through a HarnessPod actor, as the Scheduler asks for it."""
+    return ray.get(pod.run_episode.remote(task.model_dump(), harness))
+
+
+def checked(name: str, ep: Any) -> None:
+    if ep.status != "ok" or ep.reward != 1.0:
+        raise RuntimeError(f"{name}: {ep.status} {ep.failure} {ep.harness_log[-2000:]}")
+
+
 def ms(xs: list[float]) -> str:
     return f"{statistics.median(xs) * 1000:8.1f} ms"
+
+
+def result_line(harness: str, runs: dict[str, list[float]]) -> str:
+    """The harness's medians and ratios to by hand (the baseline's too, when it ran)."""
+    hand = statistics.median(runs["hand"])
+    line = f"{harness:16s} {ms(runs['forge'])} {ms(runs['hand'])}"
+    line += f"  {statistics.median(runs['forge']) / hand:5.2f}"
+    if runs["base"]:
+        line += f"  {ms(runs['base'])}  {statistics.median(runs['base']) / hand:5.2f}"
+    return line
+
+
+def stage_line(runs: dict[str, list[float]], stages: dict[str, list[float]]) -> str:
+    """Where an episode's time went: the in-process pod's stages (medians, ms), and Ray's
+    share (the actor's median less the in-process pod's)."""
+    shown = [f"{s} {statistics.median(stages[s]) * 1000:.1f}" for s in STAGES if s in stages]
+    ray_ms = (statistics.median(runs["forge"]) - statistics.median(runs["local"])) * 1000
+    local = ms(runs["local"]).strip()
+    return f"  stages, ms (in-process pod: {local}): {', '.join(shown)}; Ray's share {ray_ms:.1f}"
+
+
+class BaselinePod:
+    """A HarnessPod of another checkout, as an actor whose worker imports that checkout's code
+    ahead of this one's (this class travels by value: it names no module of the project)."""
+
+    def __init__(self, checkout: str, policy: Any) -> None:
+        import sys
+
+        sys.path.insert(0, checkout)
+        import forge.episode
+        from actors.harness_pod import HarnessPod
+
+        if not forge.episode.__file__.startswith(checkout):
+            raise RuntimeError(f"--baseline {checkout}: imported {forge.episode.__file__}")
+        self.pod = HarnessPod(policy, pod_id="bench-base")
+
+    async def start(self) -> str:
+        return await self.pod.start()
+
+    async def run_episode(self, task: dict[str, Any], harness: str) -> Any:
+        return await self.pod.run_episode(task, harness)
+
+    async def stop(self) -> None:
+        await self.pod.stop()
+
+
+def baseline_pod(policy: Any, checkout: str) -> Any:
+    """A :class:`BaselinePod` of ``checkout``, on a worker of its own (its runtime env)."""
+    checkout = os.path.abspath(checkout)
+    env = {"env_vars": {"FORGE_BENCH_BASELINE": checkout}}
+    actor = ray.remote(BaselinePod).options(num_cpus=0.25, runtime_env=env)
+    return actor.remote(checkout, policy)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--harness", default="react,pi,codex,mini-swe-agent,nanobot,openclaw")
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--baseline", help="another checkout, run side by side (worktree)")
     args = parser.parse_args()
     harnesses = [h for h in args.harness.split(",") if h]
     for h in harnesses:
@@ -117,23 +244,47 @@ def main() -> None:
     )
     pod = ray.remote(HarnessPod).options(num_cpus=0.25).remote(policy, pod_id="bench")
     ray.get(pod.start.remote())
+    base = baseline_pod(policy, args.baseline) if args.baseline else None
+    if base is not None:
+        ray.get(base.start.remote())
+    local = LocalPod(policy)
     server = BackgroundServer(make_app(policy, "tiny", None, task.reference_script()))
-    create, destroy = sandbox_times(20)
-    print(f"sandbox (bubblewrap) create {ms(create)}, destroy {ms(destroy)} (median of 20)")
-    print(f"{'harness':16s} {'OpenForge':>11s} {'by hand':>11s}  ratio  (median of {args.reps})")
+    configs = {"as the pod makes it": SandboxConfig(), "no quota": SandboxConfig(disk_mb=None)}
+    for name, config in configs.items():
+        create, destroy = sandbox_times(config, 20)
+        print(f"sandbox create {ms(create)}, destroy {ms(destroy)}  ({name}, median of 20)")
+    for name, xs in exec_times(local.pod.socket_path, 20).items():
+        print(f"{name:28s} {ms(xs)}  (median of 20)")
+    head = f"{'harness':16s} {'OpenForge':>11s} {'by hand':>11s}  ratio"
+    print(head + (f"  {'baseline':>11s}  ratio" if base else "") + f"  (median of {args.reps})")
     with server as url:
         for h in harnesses:
-            forge_s, hand_s = [], []
-            for _ in range(args.reps):
-                t0 = time.perf_counter()
-                ep = ray.get(pod.run_episode.remote(task.model_dump(), h))
-                forge_s.append(time.perf_counter() - t0)
-                if ep.status != "ok" or ep.reward != 1.0:
-                    raise RuntimeError(f"{h} through OpenForge: {ep.status} {ep.failure}")
-                hand_s.append(by_hand(h, task, url))
-            ratio = statistics.median(forge_s) / statistics.median(hand_s)
-            print(f"{h:16s} {ms(forge_s)} {ms(hand_s)}  {ratio:5.2f}", flush=True)
+            runs: dict[str, list[float]] = {"forge": [], "hand": [], "base": [], "local": []}
+            stages: dict[str, list[float]] = {}
+            for rep in range(args.reps + 1):  # the first round warms up and is not counted
+                took, ep = timed(remote_episode, pod, task, h)
+                checked(f"{h} through OpenForge", ep)
+                runs["forge"].append(took)
+                runs["hand"].append(by_hand(h, task, url))
+                if base is not None:
+                    took, ep = timed(remote_episode, base, task, h)
+                    checked(f"{h} through the baseline", ep)
+                    runs["base"].append(took)
+                spans: dict[str, float] = {}
+                took, ep = timed(local.episode, task, h, spans)
+                checked(f"{h} in this process", ep)
+                runs["local"].append(took)
+                for stage, s in spans.items():
+                    stages.setdefault(stage, []).append(s)
+                if rep == 0:
+                    runs = {k: [] for k in runs}
+                    stages = {}
+            print(result_line(h, runs), flush=True)
+            print(stage_line(runs, stages), flush=True)
+    local.stop()
     ray.get(pod.stop.remote())
+    if base is not None:
+        ray.get(base.stop.remote())
 
 
 if __name__ == "__main__":
