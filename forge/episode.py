@@ -43,7 +43,13 @@ from forge.stages import stage_marks
 from forge.trajectory import assemble
 from forge.transcript import build as build_transcript
 from forge.types import Episode
-from rewards.runner import VerifierNetwork, run_verifier, verifier_seconds, verifies_in_place
+from rewards.runner import (
+    VerifierNetwork,
+    run_verifier,
+    runs_commands,
+    verifier_seconds,
+    verifies_in_place,
+)
 from tasks.schema import Task
 from tasks.webapps.hosted import PAGE_KEY_ENV, Hosted
 
@@ -270,9 +276,13 @@ async def run_attempt(
     failure, truncated = classify_end(result, state, task.limits.max_turns, stalled=stalled)
     verifier_boxes: list[Any] = []
     mark("close")
+    boxes = pod.sandbox_config
+    if boxes.backend == "local" and not runs_commands(task):
+        # runs nothing, so writes nothing past its copy of the workspace (capped): no disk quota
+        boxes = boxes.model_copy(update={"disk_mb": None})
 
     def new_sandbox() -> Any:  # the verifier's own sandboxes: same backend, fresh, no harness
-        box = sandbox_for(pod.sandbox_config, None)
+        box = sandbox_for(boxes, None)
         verifier_boxes.append(box)
         pod.sandboxes.add(box)
         return box
@@ -296,8 +306,9 @@ async def run_attempt(
                 labels,
                 apps=apps,
                 network=out,
-                # as the proxy recorded it, its screenshots for a judge that looks at them
-                transcript=build_transcript(state.turns, answer, state.images),
+                # as the proxy recorded it, its screenshots for a judge that looks at them (built
+                # only for a verifier that reads it)
+                transcript=lambda: build_transcript(state.turns, answer, state.images),
             )
             reward, detail, outputs = verdict.reward, verdict.detail, verdict.outputs
     except Exception as e:

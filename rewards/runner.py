@@ -64,6 +64,7 @@ __all__ = [
     "VERIFIER_DIR",
     "VerifierNetwork",
     "run_verifier",
+    "runs_commands",
     "unreadable_outputs",
     "verifier_dir",
     "verifier_files",
@@ -101,6 +102,12 @@ def verifier_files(task: Task, verifiers: list[VerifierModel]) -> dict[str, str 
 
 def _deadline(verifiers: list[VerifierModel]) -> float:
     return sum(getattr(v, "timeout_s", 0.0) for v in verifiers if v.runs_commands) + SLACK_S
+
+
+def runs_commands(task: Task) -> bool:
+    """Whether a verifier of ``task`` runs commands in its sandbox. The sandbox of one that
+    does not runs nothing at all: it needs no disk quota, the copy it is given being capped."""
+    return any(v.runs_commands for v in _flatten(build_verifier(task.verifier)))
 
 
 def verifier_seconds(task: Task) -> float:
@@ -199,7 +206,7 @@ def run_verifier(
     max_workspace_bytes: int = MAX_WORKSPACE_BYTES,
     apps: dict[str, Any] | None = None,
     network: VerifierNetwork | None = None,
-    transcript: dict[str, Any] | None = None,
+    transcript: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
 ) -> Verdict:
     """Score ``task`` for an attempt whose harness has exited; see the module docstring.
 
@@ -207,11 +214,15 @@ def run_verifier(
     sandbox is destroyed here, whatever the outcome (its workspace is copied out first).
     ``apps``: the state of the task's services after the episode (``app_state`` reads it).
     ``network``: the verify phase's way out, if its network has one. ``transcript``: the
-    attempt as the proxy recorded it (:mod:`forge.transcript`), for the verifiers that read it.
+    attempt as the proxy recorded it (:mod:`forge.transcript`), for the verifiers that read it,
+    or a function that builds it, called only when one of them does.
     """
     network = network or VerifierNetwork()
     top = build_verifier(task.verifier)
     verifiers = _flatten(top)
+    if callable(transcript):
+        wanted = any(v.reads_state or getattr(v, "reads_transcript", False) for v in verifiers)
+        transcript = transcript() if wanted else None
     changes = system_changes(agent_sandbox, task)
     if in_place(verifiers):
         try:

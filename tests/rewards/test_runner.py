@@ -253,3 +253,29 @@ def test_a_workspace_1200_deep_is_a_wrong_answer_and_leaves_nothing(new_sandbox,
     verdict = run_verifier(t, box, None, new_sandbox)
     assert verdict.reward == 0.0 and "levels" in verdict.detail, verdict.detail
     assert os.listdir(root) == []
+
+
+def test_the_transcript_is_built_only_for_a_verifier_that_reads_it(new_sandbox) -> None:
+    built: list[int] = []
+
+    def transcript() -> dict[str, object]:
+        built.append(1)
+        return {"messages": [{"role": "assistant", "content": "done it"}], "tool_calls": []}
+
+    files = task({"type": "file_exists", "path": "a"})
+    assert run_verifier(files, agent(new_sandbox, files, "touch a"), None, new_sandbox,
+                        transcript=transcript).reward == 1.0  # fmt: skip
+    assert built == []
+    both = task([{"type": "file_exists", "path": "a"}, {"type": "transcript", "said": "done"}])
+    assert run_verifier(both, agent(new_sandbox, both, "touch a"), None, new_sandbox,
+                        transcript=transcript).reward == 1.0  # fmt: skip
+    assert built == [1]
+
+
+def test_runs_commands_names_tasks_whose_verifier_sandbox_runs_something() -> None:
+    from rewards.runner import runs_commands
+
+    assert not runs_commands(task([{"type": "file_exists", "path": "a"},
+                                   {"type": "transcript", "said": "x"}]))  # fmt: skip
+    assert runs_commands(task([{"type": "file_exists", "path": "a"},
+                               {"type": "command", "cmd": "true"}]))  # fmt: skip
