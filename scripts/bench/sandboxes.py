@@ -1,18 +1,21 @@
 """Sandbox latency per backend: local (bubblewrap), docker and kubernetes (kmock), side by side.
 
 One run, same host, same proxy listener: for each backend, create, first exec, exec (``true``,
-median/p95/mean of N), file round trip (put 1 KiB + get) and destroy, each over a few sandboxes;
-then a burst of docker sandboxes created at once from threads (total wall, per-sandbox create
-p50/p95). Ratios are against local. The container backends run in a private dockerd started
-here (its own root under the temp dir, no iptables/bridge) and stopped by its pid at the end;
-the base image is imported from the cached Debian root filesystem (bootstrapped if missing).
+median/p95/mean of N), file round trip (put 1 KiB + get) and destroy, each over a few sandboxes.
+Ratios are against local. Then, per container backend, warm pools (``sandbox.warm_pool``,
+``scripts/bench/sandboxes_warm.py``): an attempt's create without a pool against the handover
+of a warm sandbox (alternating, the pool full before each), and a burst of sandboxes created
+at once from threads without a pool and with a full pool of the burst's size. The container
+backends run in a private dockerd started here (its own root under the temp dir, no
+iptables/bridge) and stopped by its pid at the end; the base image is imported from the cached
+Debian root filesystem (bootstrapped if missing).
 Kubernetes reuses the end-to-end tests' setup: kmock (an emulated API server) plus the
 test-only controller that starts each pod as a container of that dockerd (host network, the
 agent on a unique loopback IP). The reference is Orchard Env's published 0.28 s average exec
 latency; the container backends target under 50 ms here.
 
     .venv/bin/python scripts/bench/sandboxes.py [--n 50] [--burst 32] [--reps 3]
-        [--backends local,docker,kubernetes]
+        [--warm-reps 5] [--backends local,docker,kubernetes]
 """
 
 from __future__ import annotations
@@ -26,10 +29,8 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,11 @@ from forge.sandboxes.base import Sandbox, SandboxSpec
 from forge.sandboxes.registry import sandbox_for
 from forge.sandboxes.tmproot import private_root
 from tests.forge.httpstub import StubServer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its parts, however it is loaded
+
+# isort: split
+import sandboxes_warm
 
 BACKENDS = ("local", "docker", "kubernetes")
 ORCHARD_EXEC_S = 0.28  # Orchard Env's published average exec latency
@@ -115,35 +121,6 @@ def one_sandbox(box: Sandbox, spec: SandboxSpec, n: int, out: dict[str, list[flo
     out["destroy"].append(dt)
 
 
-def burst(config: SandboxConfig, size: int) -> tuple[float, list[float], float]:
-    """``size`` docker sandboxes created at once from threads: (total wall, per-sandbox create
-    times, wall to destroy them all, also at once)."""
-    boxes = [sandbox_for(config, None) for _ in range(size)]
-    gate = threading.Barrier(size)
-    created: list[Sandbox] = []
-    lock = threading.Lock()
-
-    def one(i: int) -> float:
-        gate.wait()
-        t0 = time.perf_counter()
-        boxes[i].create(SandboxSpec(labels=labels("burst", i), deadline_s=600))
-        with lock:
-            created.append(boxes[i])
-        return time.perf_counter() - t0
-
-    try:
-        with ThreadPoolExecutor(size) as pool:
-            t0 = time.perf_counter()
-            times = list(pool.map(one, range(size)))
-            wall = time.perf_counter() - t0
-            for b in created:  # every one answers
-                assert b.exec(["true"], 30).exit_code == 0
-    finally:
-        with ThreadPoolExecutor(size) as pool:
-            dt, _ = timed(lambda: list(pool.map(lambda b: b.destroy(), boxes)))
-    return wall, times, dt
-
-
 @contextlib.contextmanager
 def private_daemon() -> Iterator[dockerd.Daemon]:
     """A dockerd of our own, stopped by its pid on the way out; the base image built in it."""
@@ -177,7 +154,8 @@ def kube_cluster(daemon: dockerd.Daemon) -> Any:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=50, help="exec samples per backend")
-    parser.add_argument("--burst", type=int, default=32, help="docker sandboxes created at once")
+    parser.add_argument("--burst", type=int, default=32, help="sandboxes created at once (0: none)")
+    parser.add_argument("--warm-reps", type=int, default=5, help="creates and handovers each")
     parser.add_argument("--reps", type=int, default=3, help="sandboxes per backend (create...)")
     parser.add_argument("--backends", default=",".join(BACKENDS))
     args = parser.parse_args()
@@ -189,7 +167,7 @@ def main() -> None:
 
     results: dict[str, dict[str, list[float]]] = {}
     skipped: dict[str, str] = {}
-    burst_out: tuple[float, list[float], float] | None = None
+    warm: dict[str, dict[str, Any]] = {}
     tmp = Path(tempfile.mkdtemp(prefix="forge-bench-sb-"))
     proxy = Proxy(tmp)
     stack = contextlib.ExitStack()
@@ -225,9 +203,14 @@ def main() -> None:
                 labels=labels("docker", i), deadline_s=600, proxy_socket=proxy.socket
             )
             results["docker"] = measure(lambda: sandbox_for(config, None), spec, args.n, args.reps)
-            if args.burst > 0:
-                print(f"docker burst of {args.burst} ...", flush=True)
-                burst_out = burst(config, args.burst)
+            print(f"docker warm pool: create vs handover, burst of {args.burst} ...", flush=True)
+            wspec = lambda what, i: SandboxSpec(  # noqa: E731
+                labels=labels(what, i), deadline_s=600, proxy_socket=proxy.socket
+            )
+            warm["docker"] = sandboxes_warm.run(
+                lambda size: sandbox_for(pooled(config, size), None), wspec, args.warm_reps,
+                args.burst,
+            )  # fmt: skip
         if daemon is not None and "kubernetes" in wanted:
             print("kubernetes (kmock + test controller) ...", flush=True)
             try:
@@ -244,12 +227,23 @@ def main() -> None:
                 spec = lambda i: SandboxSpec(  # noqa: E731
                     labels=labels("kube", i), deadline_s=600, proxy_tcp=proxy.tcp.address
                 )
+                policy = RetryPolicy()  # one for all: a warm pool serves sandboxes made alike
                 results["kubernetes"] = measure(
-                    lambda: KubernetesSandbox(settings=settings, api=api, policy=RetryPolicy()),
+                    lambda: KubernetesSandbox(settings=settings, api=api, policy=policy),
                     spec,
                     args.n,
                     args.reps,
                 )
+                print(f"kubernetes warm pool: create vs handover, burst of {args.burst} ...")
+                wspec = lambda what, i: SandboxSpec(  # noqa: E731
+                    labels=labels(what, i), deadline_s=600, proxy_tcp=proxy.tcp.address
+                )
+                cfg = SandboxConfig(backend="kubernetes", kubernetes=settings)
+                warm["kubernetes"] = sandboxes_warm.run(
+                    lambda size: KubernetesSandbox(pooled(cfg, size), None, settings=settings,
+                                                   api=api, policy=policy),
+                    wspec, args.warm_reps, args.burst,
+                )  # fmt: skip
                 left = kube.objects("v1/pods", NS)
                 assert left == {}, f"pods left in kmock: {sorted(left)}"
     finally:
@@ -257,7 +251,15 @@ def main() -> None:
         proxy.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
-    report(results, skipped, burst_out, args)
+    report(results, skipped, args)
+    sandboxes_warm.report(warm, args.warm_reps)
+    print(f"command: .venv/bin/python scripts/bench/sandboxes.py {' '.join(sys.argv[1:])}".rstrip())
+
+
+def pooled(config: SandboxConfig, size: int) -> SandboxConfig:
+    """``config`` with a warm pool of ``size`` (0: none), filled ``size`` at a time at most."""
+    pool = {"size": size, "fill_parallel": max(1, min(size, 4))}
+    return config.model_copy(update={"warm_pool": config.warm_pool.model_copy(update=pool)})
 
 
 def ratio(a: float, b: float) -> str:
@@ -268,7 +270,6 @@ def ratio(a: float, b: float) -> str:
 def report(
     results: dict[str, dict[str, list[float]]],
     skipped: dict[str, str],
-    burst_out: tuple[float, list[float], float] | None,
     args: argparse.Namespace,
 ) -> None:
     cols = [b for b in BACKENDS if b in results]
@@ -302,13 +303,6 @@ def report(
     )
     for b, why in skipped.items():
         print(f"{b}: skipped ({why})")
-    if burst_out is not None:
-        wall, times, destroy = burst_out
-        print(
-            f"docker burst: {len(times)} sandboxes created at once in {wall:.2f}s wall; "
-            f"per-sandbox create p50 {statistics.median(times) * 1000:.0f} ms, "
-            f"p95 {pct(times, 0.95) * 1000:.0f} ms; all destroyed at once in {destroy:.2f}s"
-        )
     print(
         f"reference: Orchard Env's published average exec latency {ORCHARD_EXEC_S * 1000:.0f} ms; "
         f"target for the container backends here < {TARGET_S * 1000:.0f} ms"
