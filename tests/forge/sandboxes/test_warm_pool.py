@@ -278,3 +278,53 @@ def test_size_0_changes_nothing(base: SandboxConfig) -> None:
         assert ids(client, "warm-off") == {sb._state.container_id}
     finally:
         sb.destroy()
+
+
+@pytest.mark.docker
+@pytest.mark.ray
+@pytest.mark.slow
+def test_episodes_in_a_harness_pod_take_warm_containers(ray_cluster, docker_daemon, docker_images):
+    """The wiring as a run has it: a HarnessPod (a real Ray actor, before a real Serve Policy
+    with the scripted engine) plays react episodes with sandbox.warm_pool; the first makes the
+    pool and its own container, the next is handed a warm one, verifiers never are, and what
+    a killed HarnessPod leaves goes in the run's reap pass."""
+    from actors.harness_pod import HarnessPod
+    from forge.config import PolicyConfig
+    from forge.sandboxes.registry import reap_sandboxes
+    from serve.policy import deploy_policy
+    from tasks.loader import load_suite
+
+    ray, run = ray_cluster, "warm-episode"
+    client = client_for(docker_daemon.host)
+    sandbox = {"backend": "docker", "docker_host": docker_daemon.host, "warm_pool": {"size": 1}}
+    oracle = deploy_policy(PolicyConfig(engine={"name": "scripted"}, num_cpus=0.25), "wp-oracle")
+    pod = ray.remote(HarnessPod).options(num_cpus=0.25).remote(oracle, pod_id="wp-a", run=run,
+                                                               sandbox=sandbox)  # fmt: skip
+    task = next(t for t in load_suite("smoke") if t.id == "json_extract")
+    since, episodes = int(time.time()) - 1, []
+    try:
+        ray.get(pod.start.remote())
+        for i in range(2):
+            episodes.append(ray.get(pod.run_episode.remote(task.model_dump(), "react",
+                                                           episode_id=f"w{i}")))  # fmt: skip
+            end = time.monotonic() + FILL_S  # the pool, made by the first, is full
+            warm_label = {"label": [f"openforge.run={run}", "openforge.warm"], "status": "running"}
+            while not client.api.containers(filters=warm_label) and time.monotonic() < end:
+                time.sleep(0.1)
+        ray.get(pod.stop.remote())
+    finally:
+        ray.kill(pod)  # as a crash: no exit handler runs; its warm container stays
+    for ep in episodes:
+        assert (ep.status, ep.reward, ep.failure) == ("ok", 1.0, None), ep.harness_log
+    created = {"label": f"openforge.run={run}", "event": "create"}
+    events = client.api.events(since=since, until=int(time.time()) + 1, decode=True,
+                               filters=created)  # fmt: skip
+    made = [e["Actor"]["Attributes"] for e in events]
+    harness = [a for a in made if a["image"] == docker_images["react"]]
+    assert [a.get("openforge.episode") for a in harness if "openforge.warm" not in a] == ["w0"]
+    assert len([a for a in harness if "openforge.warm" in a]) == 2  # w1's, then its refill
+    verifiers = [a for a in made if a.get("openforge.role") == "verifier"]
+    assert verifiers and not any("openforge.warm" in a for a in verifiers)
+    assert len(client.api.containers(all=True, filters={"label": f"openforge.run={run}"})) == 1
+    assert reap_sandboxes(SandboxConfig.model_validate(sandbox), run) >= 1  # the run's end
+    assert client.api.containers(all=True, filters={"label": f"openforge.run={run}"}) == []
