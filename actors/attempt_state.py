@@ -64,7 +64,7 @@ class AttemptState:
         return self.policy_wait_s + ((now or time.monotonic()) - self.policy_since)
 
     def settle_deliveries(self) -> None:
-        """A streamed turn was delivered when its client read the whole answer."""
+        """A streamed turn was delivered when its client was sent the whole answer."""
         for turn, live in self.streams:
-            turn.delivered = turn.delivered and live.completion is not None
+            turn.delivered = turn.delivered and live.delivered
         self.streams.clear()

@@ -7,13 +7,17 @@ The proxy serves OpenAI chat completions, the Responses API and Anthropic messag
 base URL per attempt, ``/episodes/{episode_id}/attempts/{attempt}/v1``, with a per-attempt
 bearer key (DESIGN.md decision 1). Another attempt's key gets 401, an unknown attempt 404, an
 ended attempt 410. Every call is forwarded to the Policy through its Serve handle and recorded as
-a :class:`~forge.types.Turn`, token for token; images in a request are recorded by reference
-(``{"sha256", "mime"}`` where their data stood, and ``Turn.images``), and their bytes travel with
-the Episode (``Episode.images``) to be written once beside the episode records. It listens on
-a Unix socket that isolated sandboxes reach through their bridge (decision 8) and on TCP at
-``proxy.host`` (127.0.0.1 unless configured; the kubernetes backend's pods need 0.0.0.0 or the
-pod IP, and then the address handed to sandboxes is ``$POD_IP``, else this node's IP). A task
-with services (``apps``) gets them at the same URL and key (:mod:`actors.service_routes`).
+a :class:`~forge.types.Turn`, token for token (:mod:`actors.pod_proxy`); images in a request are
+recorded by reference (``{"sha256", "mime"}`` where their data stood, and ``Turn.images``), and
+their bytes travel with the Episode (``Episode.images``) to be written once beside the episode
+records. The models API there (``GET .../v1/models`` and ``.../v1/models/{id}``) reports
+``context_length``, the Policy's context, which whoever creates the pod passes (None: unknown).
+
+It listens on a Unix socket that isolated sandboxes reach through their bridge (decision 8) and
+on TCP at ``proxy.host`` (127.0.0.1 unless configured; the kubernetes backend's pods need
+0.0.0.0 or the pod IP, and then the address handed to sandboxes is ``$POD_IP``, else this
+node's IP). A task with services (``apps``) gets them at the same URL and key
+(:mod:`actors.service_routes`).
 """
 
 from __future__ import annotations
@@ -25,61 +29,27 @@ import os
 import secrets
 import socket
 import tempfile
-import time
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
-from starlette.requests import Request
 
 from actors.attempt_state import AttemptState
 from actors.listen import listen_tcp
+from actors.pod_proxy import RecordingProxy
 from actors.service_routes import service_routes
 from forge.config import ProxyConfig, SandboxConfig
 from forge.episode import run_attempt
 from forge.sandboxes.egress import EGRESS_PORT, EgressProxy
-from forge.types import ChatRequest, Completion, Episode, ImagePart, Turn
-from serve.engines.base import ContextLengthError, ImageInputError
-from serve.http_app import build_app, image_error, protocol_routes, request_api_key
-from serve.live import LiveCompletion, stream_policy
-from serve.protocol.common import ProtocolError, WireOptions
-from serve.protocol.images import ImageOptions, redact_images
+from forge.types import Episode, ImagePart, Turn
+from serve.http_app import build_app, protocol_routes
+from serve.protocol.images import ImageOptions
 from tasks.services import World
 
 log = logging.getLogger(__name__)
 ATTEMPT_PREFIX = "/episodes/{episode_id}/attempts/{attempt:int}"
 ENDED_MEMORY = 10_000  # ended attempts remembered for 410 answers
-MAX_REFUSALS_KEPT = 50  # 4xx answers kept per attempt (a harness may retry one forever)
-
-
-@dataclass
-class Call:
-    """One authorised request: its attempt and the HTTP request (to see if the client left)."""
-
-    state: AttemptState
-    request: Request
-
-
-def override_sampling(chat: ChatRequest, raw_body: dict[str, Any], temperature: float | None):
-    """Put the run's sampling settings in place of the harness's; returns what was replaced.
-
-    The trainer recomputes log-probabilities from the full softmax at the sampling temperature,
-    so truncation (top_p, top_k) would bias its gradient: both are turned off here, and the run's
-    temperature (when it has one) replaces the harness's. The Turn keeps what the harness asked.
-    """
-    replaced: dict[str, Any] = {}
-    if temperature is not None and chat.sampling.temperature != temperature:
-        replaced["temperature"] = chat.sampling.temperature
-        chat.sampling.temperature = temperature
-    if chat.sampling.top_p != 1.0:
-        replaced["top_p"] = chat.sampling.top_p
-        chat.sampling.top_p = 1.0
-    top_k = raw_body.get("top_k")
-    if top_k not in (None, 0, -1):
-        replaced["top_k"] = top_k
-    return replaced
 
 
 def advertised_host(listen: str) -> str:
@@ -105,6 +75,7 @@ class HarnessPod:
         proxy: ProxyConfig | dict[str, Any] | None = None,
         sandbox: SandboxConfig | dict[str, Any] | None = None,
         host: str | None = None,
+        context_length: int | None = None,
     ) -> None:
         self.policy = policy
         self.pod_id = pod_id
@@ -124,6 +95,9 @@ class HarnessPod:
         self.egress = EgressProxy()  # the way out of a phase whose network allows one
         self.egress_socket: str | None = None
         self.egress_port: int | None = None  # kubernetes: its TCP port, beside the proxy's
+        self.backend = RecordingProxy(
+            policy, model, self.proxy_config, self._attempts, self._ended, context_length
+        )  # what the proxy's routes serve from (context_length: the models API's)
 
     # -- the proxy server -------------------------------------------------------------------
 
@@ -141,8 +115,9 @@ class HarnessPod:
         if self._servers:
             return self.address()
         images = ImageOptions(max_bytes=self.proxy_config.max_image_bytes)
-        routes = protocol_routes(ATTEMPT_PREFIX, self, self.proxy_config.max_body_bytes, images)
-        routes += service_routes(ATTEMPT_PREFIX, self)
+        limit = self.proxy_config.max_body_bytes
+        routes = protocol_routes(ATTEMPT_PREFIX, self.backend, limit, images)
+        routes += service_routes(ATTEMPT_PREFIX, self.backend)
         app = build_app(routes)
         ports = (port, port) if port else self.proxy_ports()
         tcp = listen_tcp(self.listen_host, ports, "sandbox.kubernetes.proxy_ports")
@@ -249,119 +224,6 @@ class HarnessPod:
     def attempt_state(self, episode_id: str, attempt: int) -> AttemptState:
         """The live record of an open attempt (in this process: run_attempt's clock reads it)."""
         return self._attempts[(episode_id, attempt)]
-
-    # -- Backend (serve.http_app) -------------------------------------------------------------
-
-    async def authorize(self, request: Request) -> Call:
-        ident = (request.path_params["episode_id"], request.path_params["attempt"])
-        state = self._attempts.get(ident)
-        if state is None:
-            if ident in self._ended:
-                raise ProtocolError(410, f"attempt {ident[1]} of episode {ident[0]} has ended")
-            raise ProtocolError(404, f"no attempt {ident[1]} of episode {ident[0]} on this proxy")
-        key = request_api_key(request)
-        if key is None or not secrets.compare_digest(key, state.key):
-            raise ProtocolError(401, "invalid API key for this attempt")
-        return Call(state, request)
-
-    async def models(self, ctx: Call) -> list[str]:
-        return [self.model]
-
-    async def count_tokens(self, ctx: Call, chat: ChatRequest) -> int:
-        self._check_model(chat)
-        with ctx.state.in_policy_call():
-            return len(await self.policy.tokenize_prompt.remote(chat))
-
-    async def refused(self, ctx: Call, err: ProtocolError) -> None:
-        if err.status == 413:  # a history past max_body_bytes: the policy's once it had a turn
-            ctx.state.reject("history_too_large")
-        refusals = ctx.state.refusals
-        if len(refusals) < MAX_REFUSALS_KEPT:
-            refusals.append(f"{err.status} {err.message}")
-
-    async def generate(
-        self,
-        ctx: Call,
-        chat: ChatRequest,
-        opts: WireOptions,
-        raw_body: dict[str, Any],
-        live: LiveCompletion | None = None,
-    ) -> Completion:
-        state = ctx.state
-        if len(state.turns) >= self.proxy_config.max_turns_per_attempt:
-            state.reject("turn_limit")
-            raise ProtocolError(
-                429, f"turn limit of {self.proxy_config.max_turns_per_attempt} calls reached"
-            )
-        if state.max_turns is not None and state.delivered() >= state.max_turns:
-            state.reject("turn_limit")
-            raise ProtocolError(429, f"the task's turn limit of {state.max_turns} calls is reached")
-        self._check_model(chat)
-        if state.max_tokens is not None and (
-            not opts.max_tokens_set or chat.sampling.max_tokens > state.max_tokens
-        ):
-            chat.sampling.max_tokens = state.max_tokens
-        replaced = override_sampling(chat, raw_body, state.temperature)
-        chat.script = state.script
-        started, t0 = time.time(), time.perf_counter()
-        try:
-            with state.in_policy_call():
-                if live is None:
-                    completion: Completion = await self.policy.generate.remote(chat)
-                else:
-                    completion = await stream_policy(self.policy, chat, live)
-        except ContextLengthError as e:  # the policy's own context is full: scored, not retried
-            state.reject("context_full")
-            field_name = "input" if opts.protocol == "responses" else "messages"
-            raise ProtocolError(400, str(e.args[0] if e.args else e), field_name) from e
-        except ImageInputError as e:  # images this model cannot take: the client's error
-            raise image_error(e) from e
-        except Exception as e:
-            state.errors.append(f"{type(e).__name__}: {e}")
-            raise ProtocolError(502, f"policy error: {type(e).__name__}: {e}") from e
-        if (state.episode_id, state.attempt) not in self._attempts:
-            raise ProtocolError(410, "attempt ended while the call was in flight")
-        images = chat.images
-        turn = Turn(
-            episode_id=state.episode_id,
-            attempt=state.attempt,
-            index=len(state.turns),
-            protocol=opts.protocol,
-            request=redact_images(raw_body, images),  # images by reference, never base64
-            prompt_ids=completion.prompt_ids,
-            completion_ids=completion.completion_ids,
-            logprobs=completion.logprobs,
-            text=completion.text,
-            tool_calls=[
-                {"id": c.id, "name": c.name, "arguments": c.arguments}
-                for c in completion.tool_calls
-            ],
-            finish_reason=completion.finish_reason,
-            policy_version=completion.policy_version,
-            latency_s=time.perf_counter() - t0,
-            started_at=started,
-            temperature=chat.sampling.temperature,
-            sampling_overridden=replaced,
-            invalid_tool_calls=completion.invalid_tool_calls,
-            token_versions=completion.token_versions,
-            images=[image.sha256 for image in images],
-        )
-        for image in images:
-            state.images.setdefault(image.sha256, image)
-        state.turns.append(turn)
-        if live is not None:
-            state.streams.append((turn, live))
-        elif await ctx.request.is_disconnected():  # an SDK gave up on it: never delivered
-            turn.delivered = False
-        return completion
-
-    def _check_model(self, chat: ChatRequest) -> None:
-        if chat.model and chat.model != self.model:
-            raise ProtocolError(
-                404,
-                f"model: unknown model {chat.model!r}; this proxy serves {self.model!r}",
-                "model",
-            )
 
     # -- episodes -----------------------------------------------------------------------------
 

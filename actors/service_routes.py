@@ -18,12 +18,12 @@ the model turn it followed. A refusal is a 400 naming the field; the attempt's o
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from actors.pod_proxy import RecordingProxy
 from serve.http_app import read_json_body
 from serve.protocol.common import ProtocolError
 from tasks.services import ServiceError, World
@@ -50,26 +50,28 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": {"message": message}}, status_code=status)
 
 
-async def _world(pod: Any, request: Request) -> tuple[World, int]:
+async def _world(proxy: RecordingProxy, request: Request) -> tuple[World, int]:
     """The attempt's services and how many model turns it has had (ProtocolError if none)."""
-    call = await pod.authorize(request)
+    call = await proxy.authorize(request)
     world = call.state.world
     if world is None:
         raise ProtocolError(404, "this attempt's task offers no services")
     return world, len(call.state.turns)
 
 
-def service_routes(prefix: str, pod: Any) -> list[BaseRoute]:
+def service_routes(prefix: str, proxy: RecordingProxy) -> list[BaseRoute]:
+    """The routes under ``prefix``; ``proxy`` authorises each request for its attempt."""
+
     async def catalog(request: Request) -> Response:
         try:
-            world, _ = await _world(pod, request)
+            world, _ = await _world(proxy, request)
         except ProtocolError as e:
             return _error(e.status, e.message)
         return JSONResponse(world.catalog())
 
     async def operation(request: Request) -> Response:
         try:
-            world, turn = await _world(pod, request)
+            world, turn = await _world(proxy, request)
             args = await read_json_body(request, MAX_BODY_BYTES)
         except ProtocolError as e:
             return _error(e.status, e.message)
@@ -86,7 +88,7 @@ def service_routes(prefix: str, pod: Any) -> list[BaseRoute]:
         if request.method != "POST":  # no server-initiated stream
             return Response(status_code=405, headers={"Allow": "POST"})
         try:
-            world, turn = await _world(pod, request)
+            world, turn = await _world(proxy, request)
             message = await read_json_body(request, MAX_BODY_BYTES)
         except ProtocolError as e:
             return _error(e.status, e.message)
@@ -107,7 +109,7 @@ def service_routes(prefix: str, pod: Any) -> list[BaseRoute]:
 
     async def page(request: Request) -> Response:
         try:
-            call = await pod.authorize(request)
+            call = await proxy.authorize(request)
             body = b""
             if request.method == "POST":
                 body = await read_body(request, MAX_BODY_BYTES)

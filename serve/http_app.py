@@ -15,21 +15,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from forge.types import ChatRequest, Completion
 from serve.engines.base import ContextLengthError, ImageInputError
+from serve.event_stream import EventStream
 from serve.live import LiveCompletion
 from serve.protocol import anthropic
 from serve.protocol.body import parse_body
-from serve.protocol.common import ProtocolError, WireOptions, WireProtocol, error_body
+from serve.protocol.common import ProtocolError, WireOptions, WireProtocol, dumps, error_body
 from serve.protocol.images import ImageOptions, image_options
+from serve.protocol.models import ModelCard, find_model, model_list, model_object, wire_of
 from serve.protocol.wire import MODULES
 
 log = logging.getLogger(__name__)
@@ -55,7 +57,9 @@ class Backend(Protocol):
         and content as they come (or leave it: the endpoint finishes it from the result)."""
         ...
 
-    async def models(self, ctx: Any) -> list[str]: ...
+    async def models(self, ctx: Any) -> Sequence[str | ModelCard]:
+        """The models served (a bare name: its context length is unknown)."""
+        ...
 
     async def count_tokens(self, ctx: Any, chat: ChatRequest) -> int:
         """Tokens of ``chat``'s rendered prompt (Anthropic's ``count_tokens``; no turn)."""
@@ -83,6 +87,12 @@ def error_response(protocol: WireProtocol, err: ProtocolError) -> JSONResponse:
     if err.retry_after is not None:
         headers["Retry-After"] = str(max(0, round(err.retry_after)))
     return JSONResponse(error_body(protocol, err), status_code=err.status, headers=headers)
+
+
+def json_response(body: dict[str, Any]) -> Response:
+    """A 200 JSON answer, encoded by the events' encoder (:func:`serve.protocol.common.dumps`:
+    one encoder for every answer, where ``JSONResponse`` makes one each)."""
+    return Response(dumps(body).encode(), media_type="application/json")
 
 
 async def read_json_body(request: Request, max_body_bytes: int) -> dict[str, Any]:
@@ -139,14 +149,6 @@ def _start_stream(backend: Backend, live: LiveCompletion, *args: Any) -> None:
     task.add_done_callback(_producing.discard)
 
 
-async def _events(chunks: AsyncIterator[bytes], path: str) -> AsyncIterator[bytes]:
-    try:
-        async for chunk in chunks:
-            yield chunk
-    except Exception:  # failed after the stream began: log it and end the stream
-        log.exception("stream of %s failed", path)
-
-
 _UNAUTHORIZED = object()  # the context of a request that was refused before authorisation
 
 
@@ -173,7 +175,7 @@ def _generation_endpoint(
                 chat_request, opts = module.parse_request(body)
             if not opts.stream:
                 completion = await backend.generate(ctx, chat_request, opts, body)
-                return JSONResponse(module.render_response(completion, opts))
+                return json_response(module.render_response(completion, opts))
             live = LiveCompletion()
             _start_stream(backend, live, ctx, chat_request, opts, body)
             await live.started()  # errors before the first event are answered as errors
@@ -190,9 +192,7 @@ def _generation_endpoint(
         except Exception as e:
             log.exception("%s %s failed", request.method, request.url.path)
             return error_response(protocol, _internal(e))
-        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        chunks = _events(module.render_stream(live, opts), request.url.path)
-        return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)
+        return EventStream(module.render_stream(live, opts), live, request.url.path)
 
     return endpoint
 
@@ -227,39 +227,26 @@ def _count_tokens_endpoint(
 
 
 def _models_endpoint(backend: Backend) -> Callable[[Request], Awaitable[Response]]:
+    """``GET /v1/models`` and, with a ``model_id`` path parameter, ``GET /v1/models/{id}``:
+    answered, errors included, in the form of the wire the caller speaks
+    (:mod:`serve.protocol.models`)."""
+
     async def endpoint(request: Request) -> Response:
-        # The Anthropic SDK sends anthropic-version; answer its errors in its format. The list
-        # carries the fields of both the OpenAI and the Anthropic model objects.
-        protocol: WireProtocol = "anthropic" if "anthropic-version" in request.headers else "chat"
+        protocol = wire_of(request.headers)
         try:
             ctx = await backend.authorize(request)
-            names = await backend.models(ctx)
+            cards = [
+                m if isinstance(m, ModelCard) else ModelCard(m) for m in await backend.models(ctx)
+            ]
+            model_id = request.path_params.get("model_id")
+            if model_id is None:
+                return JSONResponse(model_list(protocol, cards))
+            return JSONResponse(model_object(protocol, find_model(cards, model_id)))
         except ProtocolError as err:
             return error_response(protocol, err)
         except Exception as e:
             log.exception("%s %s failed", request.method, request.url.path)
             return error_response(protocol, _internal(e))
-        data = [
-            {
-                "id": name,
-                "object": "model",
-                "created": 0,
-                "owned_by": "openforge",
-                "type": "model",
-                "display_name": name,
-                "created_at": "1970-01-01T00:00:00Z",
-            }
-            for name in names
-        ]
-        return JSONResponse(
-            {
-                "object": "list",
-                "data": data,
-                "has_more": False,
-                "first_id": names[0] if names else None,
-                "last_id": names[-1] if names else None,
-            }
-        )
 
     return endpoint
 
@@ -270,11 +257,12 @@ def protocol_routes(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     images: ImageOptions | None = None,
 ) -> list[BaseRoute]:
-    """The five routes under ``prefix`` (``""`` or e.g.
+    """The six routes under ``prefix`` (``""`` or e.g.
     ``"/episodes/{episode_id}/attempts/{attempt:int}"``; path parameters reach the backend
     through ``request.path_params``). ``images`` bounds the images requests may carry (None:
     :class:`~serve.protocol.images.ImageOptions`' defaults, no local files)."""
     prefix = prefix.rstrip("/")
+    models = _models_endpoint(backend)
     return [
         Route(
             f"{prefix}/v1/chat/completions",
@@ -296,7 +284,8 @@ def protocol_routes(
             _count_tokens_endpoint(backend, max_body_bytes, images),
             methods=["POST"],
         ),
-        Route(f"{prefix}/v1/models", _models_endpoint(backend), methods=["GET"]),
+        Route(f"{prefix}/v1/models", models, methods=["GET"]),
+        Route(f"{prefix}/v1/models/{{model_id:path}}", models, methods=["GET"]),
     ]
 
 

@@ -43,7 +43,8 @@ def safe_content(text: str, tools: bool) -> str:
 
 class LiveCompletion:
     """One answer in flight: a producer calls :meth:`start`, :meth:`text`, then :meth:`finish`
-    (or :meth:`fail`); a consumer awaits :meth:`started`, then iterates :meth:`content`."""
+    (or :meth:`fail`); a consumer awaits :meth:`started`, then iterates :meth:`content` (or
+    :meth:`batches`). A server sets ``delivered`` once its client was sent the whole answer."""
 
     def __init__(self) -> None:
         self.prompt_ids: list[int] | None = None
@@ -52,6 +53,7 @@ class LiveCompletion:
         self._started = asyncio.Event()
         self._error: BaseException | None = None
         self.sent = ""  # content handed to the consumer so far
+        self.delivered = False  # the whole answer reached the client (set by the server)
 
     @classmethod
     def of(cls, completion: Completion) -> LiveCompletion:
@@ -92,28 +94,48 @@ class LiveCompletion:
     async def content(self) -> AsyncIterator[str]:
         """Content pieces as they come; then the rest of the final content. Afterwards
         ``completion`` holds the whole answer."""
+        async for batch in self.batches():
+            for piece in batch:
+                yield piece
+
+    async def batches(self) -> AsyncIterator[list[str]]:
+        """The pieces of :meth:`content`, in batches: each holds every piece that has come by
+        the time it is taken (one wait a batch, so a server writes them at once). The last
+        batch (possibly empty) comes with ``completion`` set."""
         while True:
             kind, value = await self._events.get()
+            batch: list[str] = []
+            while kind == "text":
+                self.sent += value
+                batch.append(value)
+                if self._events.empty():
+                    break
+                kind, value = self._events.get_nowait()
+            if kind == "text":
+                yield batch
+                continue
             if kind == "error":
                 raise value
-            if kind == "text":
-                self.sent += value
-                yield value
-                continue
             self.completion = value
             final = value.content
             if not final.startswith(self.sent):  # cannot happen with safe_content
                 raise RuntimeError("streamed content is not a prefix of the final content")
-            for piece in pieces(final[len(self.sent) :]):
-                self.sent += piece
-                yield piece
+            batch += pieces(final[len(self.sent) :])
+            self.sent = final
+            yield batch
             return
 
 
 async def stream_policy(policy: Any, chat: ChatRequest, live: LiveCompletion) -> Completion:
     """Call the Policy's ``generate_stream`` through ``policy`` (a Serve handle), feeding
     ``live`` as events come; returns the completion (``live`` is finished by the caller)."""
-    async for kind, value in policy.options(stream=True).generate_stream.remote(chat):
+    return await stream_from(policy.options(stream=True).generate_stream.remote(chat), live)
+
+
+async def stream_from(events: AsyncIterator[tuple[str, Any]], live: LiveCompletion) -> Completion:
+    """:func:`stream_policy` for a ``generate_stream`` call already made (``events``: its
+    response, e.g. through a handle whose options are set once)."""
+    async for kind, value in events:
         if kind == "prompt":
             live.start(value)
         elif kind == "text":

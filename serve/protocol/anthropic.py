@@ -46,6 +46,7 @@ from forge.types import (
     ToolCall,
 )
 from serve.protocol.common import (
+    LastChunk,
     ProtocolError,
     WireOptions,
     at,
@@ -349,33 +350,49 @@ def render_response(c: Completion, opts: WireOptions) -> dict[str, Any]:
 
 
 async def render_stream(live: LiveCompletion, opts: WireOptions) -> AsyncIterator[bytes]:
+    """The answer as events: those that come together are written together (one ``bytes`` a
+    wait), the last ones as a :class:`~serve.protocol.common.LastChunk`."""
+
     def event(kind: str, **fields: Any) -> bytes:
         return sse_event(kind, {"type": kind, **fields})
 
-    yield event("message_start", message=_message(opts, live.prompt_ids or [], [], None))
-    yield event("ping")
+    start = event("message_start", message=_message(opts, live.prompt_ids or [], [], None))
+    yield start + event("ping")
     opened = False  # the text block (index 0) opens with its first piece
-    async for piece in live.content():
-        if not opened:
-            opened = True
-            start = {"type": "text", "text": ""}
-            yield event("content_block_start", index=0, content_block=start)
-        yield event("content_block_delta", index=0, delta={"type": "text_delta", "text": piece})
-    if opened:
-        yield event("content_block_stop", index=0)
-    index = 1 if opened else 0
-    c = live.final()
-    for call in c.tool_calls:
-        _, text = _input_json(call.arguments)
-        start = {"type": "tool_use", "id": _tool_use_id(call.id), "name": call.name, "input": {}}
-        yield event("content_block_start", index=index, content_block=start)
-        for piece in pieces(text):
-            delta = {"type": "input_json_delta", "partial_json": piece}
-            yield event("content_block_delta", index=index, delta=delta)
-        yield event("content_block_stop", index=index)
-        index += 1
-    delta: dict[str, Any] = {"stop_reason": _stop_reason(c), "stop_sequence": None}
-    usage = {"output_tokens": len(c.completion_ids)}
-    extra = {"token_ids": list(c.completion_ids)} if opts.return_token_ids else {}
-    yield event("message_delta", delta=delta, usage=usage, **extra)
-    yield event("message_stop")
+    async for batch in live.batches():
+        out: list[bytes] = []
+        for piece in batch:
+            if not opened:
+                opened = True
+                block = {"type": "text", "text": ""}
+                out.append(event("content_block_start", index=0, content_block=block))
+            delta = {"type": "text_delta", "text": piece}
+            out.append(event("content_block_delta", index=0, delta=delta))
+        c = live.completion
+        if c is None:
+            if out:
+                yield b"".join(out)
+            continue
+        if opened:
+            out.append(event("content_block_stop", index=0))
+        index = 1 if opened else 0
+        for call in c.tool_calls:
+            _, text = _input_json(call.arguments)
+            block = {
+                "type": "tool_use",
+                "id": _tool_use_id(call.id),
+                "name": call.name,
+                "input": {},
+            }
+            out.append(event("content_block_start", index=index, content_block=block))
+            for piece in pieces(text):
+                delta = {"type": "input_json_delta", "partial_json": piece}
+                out.append(event("content_block_delta", index=index, delta=delta))
+            out.append(event("content_block_stop", index=index))
+            index += 1
+        stop: dict[str, Any] = {"stop_reason": _stop_reason(c), "stop_sequence": None}
+        usage = {"output_tokens": len(c.completion_ids)}
+        extra = {"token_ids": list(c.completion_ids)} if opts.return_token_ids else {}
+        out.append(event("message_delta", delta=stop, usage=usage, **extra))
+        out.append(event("message_stop"))
+        yield LastChunk(b"".join(out))

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from forge.types import ChatRequest, Completion, Message, SamplingParams, Tool, ToolCall
 from serve.protocol.common import (
     SSE_DONE,
+    LastChunk,
     WireOptions,
     at,
     content_parts,
@@ -202,6 +203,8 @@ def render_response(c: Completion, opts: WireOptions) -> dict[str, Any]:
 
 
 async def render_stream(live: LiveCompletion, opts: WireOptions) -> AsyncIterator[bytes]:
+    """The answer as chunks: the events that come together are written together (one
+    ``bytes`` a wait), the last ones as a :class:`~serve.protocol.common.LastChunk`."""
     created = int(time.time())
     base: dict[str, Any] = {
         "id": f"chatcmpl-{opts.request_id}",
@@ -224,21 +227,26 @@ async def render_stream(live: LiveCompletion, opts: WireOptions) -> AsyncIterato
 
     first = {"prompt_token_ids": list(live.prompt_ids or [])} if opts.return_token_ids else None
     yield chunk({"role": "assistant", "content": ""}, top_extra=first)
-    async for piece in live.content():
-        yield chunk({"content": piece})
-    c = live.final()
-    for index, call in enumerate(c.tool_calls):
-        head = {
-            "index": index,
-            "id": call.id,
-            "type": "function",
-            "function": {"name": call.name, "arguments": ""},
-        }
-        yield chunk({"tool_calls": [head]})
-        for piece in pieces(call.arguments):
-            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-    last = {"token_ids": list(c.completion_ids)} if opts.return_token_ids else None
-    yield chunk({}, _finish_reason(c), choice_extra=last)
-    if opts.include_usage:
-        yield sse_data({**base, "choices": [], "usage": _usage(c)})
-    yield SSE_DONE
+    async for batch in live.batches():
+        out = [chunk({"content": piece}) for piece in batch]
+        c = live.completion
+        if c is None:
+            if out:
+                yield b"".join(out)
+            continue
+        for index, call in enumerate(c.tool_calls):
+            head = {
+                "index": index,
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": ""},
+            }
+            out.append(chunk({"tool_calls": [head]}))
+            for piece in pieces(call.arguments):
+                delta = {"index": index, "function": {"arguments": piece}}
+                out.append(chunk({"tool_calls": [delta]}))
+        last = {"token_ids": list(c.completion_ids)} if opts.return_token_ids else None
+        out.append(chunk({}, _finish_reason(c), choice_extra=last))
+        if opts.include_usage:
+            out.append(sse_data({**base, "choices": [], "usage": _usage(c)}))
+        yield LastChunk(b"".join([*out, SSE_DONE]))

@@ -164,11 +164,16 @@ def error_body(protocol: WireProtocol, err: ProtocolError) -> dict[str, Any]:
 
 # Characters JSON leaves raw that some line readers take for line breaks: escaped in events.
 _LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+# One encoder for every event (json.dumps with options builds a new one per call).
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def dumps(obj: Any) -> str:
     """Compact JSON for one event's data: one line for any reader."""
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).translate(_LINE_BREAKS)
+    text = _ENCODER.encode(obj)
+    if "\x85" in text or "\u2028" in text or "\u2029" in text:  # rare: scanning is cheaper
+        return text.translate(_LINE_BREAKS)
+    return text
 
 
 def sse_data(obj: Any) -> bytes:
@@ -182,6 +187,11 @@ def sse_event(event: str, obj: Any) -> bytes:
 
 
 SSE_DONE = b"data: [DONE]\n\n"
+
+
+class LastChunk(bytes):
+    """The last bytes of an event stream: a renderer yields its final events as one of these,
+    and the server sends them with the end of the response (one write, not two)."""
 
 
 def pieces(text: str, size: int = PIECE_CHARS) -> list[str]:

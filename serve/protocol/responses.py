@@ -18,12 +18,13 @@ items and tools are read by :mod:`serve.protocol.responses_items`.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from forge.types import ChatRequest, Completion, Message, SamplingParams
 from serve.protocol.common import (
     NAMESPACE_SEP,
+    LastChunk,
     WireOptions,
     custom_input,
     expect_list,
@@ -214,6 +215,8 @@ def render_response(c: Completion, opts: WireOptions) -> dict[str, Any]:
 
 
 async def render_stream(live: LiveCompletion, opts: WireOptions) -> AsyncIterator[bytes]:
+    """The answer as events: those that come together are written together (one ``bytes`` a
+    wait), the last ones as a :class:`~serve.protocol.common.LastChunk`."""
     created_at = int(time.time())
     seq = 0
 
@@ -223,57 +226,76 @@ async def render_stream(live: LiveCompletion, opts: WireOptions) -> AsyncIterato
         seq += 1
         return sse_event(kind, data)
 
-    yield event("response.created", response=_response(opts, created_at, [], None))
-    yield event("response.in_progress", response=_response(opts, created_at, [], None))
+    yield event("response.created", response=_response(opts, created_at, [], None)) + event(
+        "response.in_progress", response=_response(opts, created_at, [], None)
+    )
     # the message (output 0) opens with its first piece of text; the calls follow it
     message = _message_item(opts, "", "in_progress")
     where = {"item_id": message["id"], "output_index": 0}
     part = {"type": "output_text", "text": "", "annotations": []}
     opened = False
-    async for piece in live.content():
-        if not opened:
-            opened = True
-            yield event(
-                "response.output_item.added", output_index=0, item={**message, "content": []}
+    async for batch in live.batches():
+        out: list[bytes] = []
+        for piece in batch:
+            if not opened:
+                opened = True
+                item = {**message, "content": []}
+                out.append(event("response.output_item.added", output_index=0, item=item))
+                out.append(
+                    event("response.content_part.added", **where, content_index=0, part=part)
+                )
+            out.append(
+                event(
+                    "response.output_text.delta", **where, content_index=0, delta=piece, logprobs=[]
+                )
             )
-            yield event("response.content_part.added", **where, content_index=0, part=part)
-        yield event(
-            "response.output_text.delta", **where, content_index=0, delta=piece, logprobs=[]
+        c = live.completion
+        if c is None:
+            if out:
+                yield b"".join(out)
+            continue
+        items = _output_items(c, opts)
+        for index, item in enumerate(items):
+            out += _item_events(event, item, index, part)
+        out.append(event("response.completed", response=_response(opts, created_at, items, c)))
+        yield LastChunk(b"".join(out))
+
+
+def _item_events(
+    event: Callable[..., bytes], item: dict[str, Any], index: int, part: dict[str, Any]
+) -> list[bytes]:
+    """The events that finish output ``index`` (its text is out already; a call's arguments
+    or input are streamed in pieces here), ending with ``response.output_item.done``."""
+    where = {"item_id": item["id"], "output_index": index}
+    out: list[bytes] = []
+    if item["type"] == "message":
+        text = item["content"][0]["text"]
+        out.append(
+            event("response.output_text.done", **where, content_index=0, text=text, logprobs=[])
         )
-    c = live.final()
-    items = _output_items(c, opts)
-    for index, item in enumerate(items):
-        where = {"item_id": item["id"], "output_index": index}
-        if item["type"] == "message":
-            text = item["content"][0]["text"]
-            yield event(
-                "response.output_text.done", **where, content_index=0, text=text, logprobs=[]
-            )
-            yield event(
+        out.append(
+            event(
                 "response.content_part.done", **where, content_index=0, part={**part, "text": text}
             )
-        elif item["type"] == "function_call":
-            yield event(
-                "response.output_item.added",
-                output_index=index,
-                item={**item, "arguments": "", "status": "in_progress"},
-            )
-            for piece in pieces(item["arguments"]):
-                yield event("response.function_call_arguments.delta", **where, delta=piece)
-            yield event(
+        )
+    elif item["type"] == "function_call":
+        added = {**item, "arguments": "", "status": "in_progress"}
+        out.append(event("response.output_item.added", output_index=index, item=added))
+        for piece in pieces(item["arguments"]):
+            out.append(event("response.function_call_arguments.delta", **where, delta=piece))
+        out.append(
+            event(
                 "response.function_call_arguments.done",
                 **where,
                 name=item["name"],
                 arguments=item["arguments"],
             )
-        else:
-            yield event(
-                "response.output_item.added",
-                output_index=index,
-                item={**item, "input": "", "status": "in_progress"},
-            )
-            for piece in pieces(item["input"]):
-                yield event("response.custom_tool_call_input.delta", **where, delta=piece)
-            yield event("response.custom_tool_call_input.done", **where, input=item["input"])
-        yield event("response.output_item.done", output_index=index, item=item)
-    yield event("response.completed", response=_response(opts, created_at, items, c))
+        )
+    else:
+        added = {**item, "input": "", "status": "in_progress"}
+        out.append(event("response.output_item.added", output_index=index, item=added))
+        for piece in pieces(item["input"]):
+            out.append(event("response.custom_tool_call_input.delta", **where, delta=piece))
+        out.append(event("response.custom_tool_call_input.done", **where, input=item["input"]))
+    out.append(event("response.output_item.done", output_index=index, item=item))
+    return out

@@ -43,7 +43,9 @@ def _pod(ray, handle, name, **kw):
 @pytest.fixture(scope="module")
 def oracle(ray_cluster):
     handle = deploy_policy(PolicyConfig(engine={"name": "scripted"}, num_cpus=0.25), "pod-oracle")
-    pod, url = _pod(ray_cluster, handle, "pod-a", proxy={"max_body_bytes": 65536})
+    pod, url = _pod(
+        ray_cluster, handle, "pod-a", proxy={"max_body_bytes": 65536}, context_length=4096
+    )
     yield ray_cluster, pod, url
     ray_cluster.get(pod.stop.remote())
 
@@ -96,6 +98,32 @@ def test_sdks_through_proxy_are_recorded_token_for_token(oracle):
     assert chat.choices[0].message.tool_calls[0].function.name == "shell"
     assert [o.name for o in completed.output if o.type == "function_call"] == ["shell"]
     assert [b.name for b in msg.content if b.type == "tool_use"] == ["shell"]
+
+
+def test_models_api_gives_the_context_length_in_each_wire_form(oracle):
+    """What agents probe before they compact: the served model and its context, through each
+    official SDK; an unknown model or another attempt's key is that wire's JSON error."""
+    ray, pod, url = oracle
+    info, other = _open(ray, pod, "ep-models"), _open(ray, pod, "ep-models-other")
+    base = url + info["path"]
+    oa = openai.OpenAI(base_url=base + "/v1", api_key=info["api_key"], max_retries=0)
+    an = anthropic.Anthropic(base_url=base, api_key=info["api_key"], max_retries=0)
+    model = oa.models.retrieve("tiny")
+    assert (model.id, model.object, model.model_extra["max_model_len"]) == ("tiny", "model", 4096)
+    assert [m.model_extra["max_model_len"] for m in oa.models.list()] == [4096]
+    card = an.models.retrieve("tiny")
+    assert (card.id, card.type, card.max_input_tokens) == ("tiny", "model", 4096)
+    assert [m.max_input_tokens for m in an.models.list()] == [4096]
+    with pytest.raises(openai.NotFoundError) as missing:
+        oa.models.retrieve("gpt-9")
+    assert missing.value.response.json()["error"]["param"] == "model"
+    with pytest.raises(anthropic.NotFoundError) as missing_an:
+        an.models.retrieve("claude-9")
+    assert missing_an.value.response.json()["error"]["type"] == "not_found_error"
+    stranger = anthropic.Anthropic(base_url=base, api_key=other["api_key"], max_retries=0)
+    with pytest.raises(anthropic.AuthenticationError):
+        stranger.models.retrieve("tiny")
+    assert ray.get(pod.close_attempt.remote("ep-models", 0)).turns == []
 
 
 def test_count_tokens_is_the_prompt_the_policy_renders(oracle):

@@ -11,6 +11,7 @@ from starlette.requests import Request
 
 from serve.http_app import request_api_key
 from serve.protocol.common import ProtocolError
+from serve.protocol.models import ModelCard
 
 PREFIX = "/episodes/{episode_id}/attempts/{attempt:int}"
 CHAT = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
@@ -183,6 +184,79 @@ def test_models_requires_auth_and_uses_caller_error_format(kit):
     assert plain.status_code == 401 and "error" in plain.json() and "type" not in plain.json()
     assert anth.status_code == 401 and anth.json()["type"] == "error"
     assert ok.json()["data"][0]["id"] == "policy"
+
+
+class _SizedBackend:
+    """A backend that knows its model's context length (the HarnessPod's kind)."""
+
+    def __init__(self, kit) -> None:
+        self.inner = kit.FakeBackend()
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    async def models(self, ctx):
+        return [ModelCard("org/policy-7b", 4096)]
+
+
+def test_models_api_in_each_wire_form_through_the_sdks(kit):
+    app = kit.make_app(_SizedBackend(kit), prefix=PREFIX)
+    prefix = "/episodes/ep-1/attempts/0"
+
+    async def run():
+        oa, an = kit.openai_client(app, prefix), kit.anthropic_client(app, prefix)
+        found = (
+            await oa.models.retrieve("org/policy-7b"),
+            await an.models.retrieve("org/policy-7b"),
+        )
+        listed = (await oa.models.list(), await an.models.list())
+        missing = []
+        for call in (oa.models.retrieve("gpt-9"), an.models.retrieve("claude-9")):
+            try:
+                await call
+            except (openai.NotFoundError, anthropic.NotFoundError) as e:
+                missing.append(e)
+        return found, listed, missing
+
+    (om, am), (ol, al), missing = asyncio.run(run())
+    assert (om.id, om.object, om.owned_by, om.model_extra["max_model_len"]) == (
+        "org/policy-7b", "model", "openforge", 4096,
+    )  # fmt: skip
+    assert (am.id, am.type, am.display_name, am.max_input_tokens) == (
+        "org/policy-7b", "model", "org/policy-7b", 4096,
+    )  # fmt: skip
+    assert am.created_at.year == 1970
+    assert [m.model_extra["max_model_len"] for m in ol.data] == [4096]
+    assert [m.max_input_tokens for m in al.data] == [4096] and not al.has_more
+    # an unknown model is a JSON 404 in the caller's own error shape, naming the served model
+    oerr, aerr = missing
+    assert isinstance(oerr, openai.NotFoundError) and isinstance(aerr, anthropic.NotFoundError)
+    body = oerr.response.json()["error"]
+    assert body["param"] == "model" and "'org/policy-7b'" in body["message"]
+    assert aerr.response.json()["error"]["type"] == "not_found_error"
+
+
+def test_model_lookup_needs_the_key_and_a_bare_name_has_no_length(kit):
+    app = kit.make_app(kit.FakeBackend())
+
+    async def run():
+        async with kit.http_client(app) as client:
+            no_key = await client.get("/v1/models/policy")
+            plain = await client.get("/v1/models/policy", headers=AUTH)
+            anth = await client.get(
+                "/v1/models/policy", headers={**AUTH, "anthropic-version": "2023-06-01"}
+            )
+            listed = await client.get("/v1/models", headers=AUTH)
+            return no_key, plain, anth, listed
+
+    no_key, plain, anth, listed = asyncio.run(run())
+    assert no_key.status_code == 401 and no_key.json()["error"]["type"] == "authentication_error"
+    assert plain.json() == {
+        "id": "policy", "object": "model", "created": 0, "owned_by": "openforge",
+        "root": "policy", "parent": None, "max_model_len": None,
+    }  # fmt: skip
+    assert anth.json()["type"] == "model" and anth.json()["max_input_tokens"] is None
+    assert listed.json()["object"] == "list" and "has_more" not in listed.json()
 
 
 def _request(headers: dict[str, str]) -> Request:
