@@ -8,26 +8,33 @@ which listens on ``127.0.0.1:PORT`` inside the sandbox's private network namespa
 connection to the Unix socket (bind-mounted from the host, where the attempt's proxy serves),
 runs COMMAND as its child, forwards SIGTERM/SIGINT/SIGHUP to it and exits with its exit code.
 
+It sits in front of every harness of a local sandbox, so it starts its command as early as it
+can: its listening sockets are bound with the interpreter's built-in ``_socket`` and the command
+spawned before anything else is imported; the relay's modules (``socket``, ``threading``: some
+30 ms of imports) load while the command starts, its connections waiting in the listen backlog
+meanwhile. That is why the modules below are imported where they are used.
+
 The host side imports :class:`Relay` from here too (``forge.sandboxes.bridge``) to relay a Unix
 socket to a TCP proxy, or a loopback port to a Unix-socket proxy when no isolation is available.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import socket
-import subprocess
 import sys
-import threading
-from collections.abc import Callable
+
+TYPE_CHECKING = False  # typing itself is one of the imports the program saves
+if TYPE_CHECKING:
+    import socket
+    from collections.abc import Callable
 
 _CHUNK = 65536
 
 
 def _pump(src: socket.socket, dst: socket.socket) -> None:
     """Copy ``src`` to ``dst`` until EOF, then half-close ``dst`` for writing."""
+    import socket
+
     try:
         while True:
             data = src.recv(_CHUNK)
@@ -37,15 +44,21 @@ def _pump(src: socket.socket, dst: socket.socket) -> None:
     except OSError:
         # A reset on either side: tear the whole connection down so the other pump stops too.
         for s in (src, dst):
-            with contextlib.suppress(OSError):
+            try:
                 s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         return
-    with contextlib.suppress(OSError):
+    try:
         dst.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
 
 
 def _splice(client: socket.socket, connect: Callable[[], socket.socket]) -> None:
     """Relay one accepted connection to a fresh upstream connection, both ways."""
+    import threading
+
     try:
         upstream = connect()
     except OSError as e:
@@ -62,6 +75,8 @@ def _splice(client: socket.socket, connect: Callable[[], socket.socket]) -> None
 
 def connect_unix(path: str) -> Callable[[], socket.socket]:
     def connect() -> socket.socket:
+        import socket
+
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             s.connect(path)
@@ -75,6 +90,8 @@ def connect_unix(path: str) -> Callable[[], socket.socket]:
 
 def connect_tcp(host: str, port: int) -> Callable[[], socket.socket]:
     def connect() -> socket.socket:
+        import socket
+
         s = socket.create_connection((host, port), timeout=30.0)
         s.settimeout(None)  # model calls may take minutes: only the connect is bounded
         return s
@@ -82,15 +99,31 @@ def connect_tcp(host: str, port: int) -> Callable[[], socket.socket]:
     return connect
 
 
+def _listen_fd(host: str, port: int) -> int:
+    """A listening TCP socket's descriptor (not inherited by children), made with the built-in
+    ``_socket`` alone: the program binds before it imports ``socket``."""
+    import _socket
+
+    s = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+    try:
+        s.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
+        s.bind((host, port))
+        s.listen(128)
+    except OSError:
+        s.close()
+        raise
+    return s.detach()
+
+
 def listen_tcp(host: str, port: int) -> socket.socket:
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((host, port))
-    s.listen(128)
-    return s
+    import socket
+
+    return socket.socket(fileno=_listen_fd(host, port))
 
 
 def listen_unix(path: str) -> socket.socket:
+    import socket
+
     if os.path.exists(path):
         os.unlink(path)
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -109,6 +142,8 @@ class Relay:
     upstream socket from ``connect``, one thread per direction, until :meth:`close`."""
 
     def __init__(self, listener: socket.socket, connect: Callable[[], socket.socket]) -> None:
+        import threading
+
         self.listener = listener
         self._connect = connect
         self._closed = False
@@ -122,6 +157,8 @@ class Relay:
         return f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
 
     def _serve(self) -> None:
+        import threading
+
         while not self._closed:
             try:
                 client, _ = self.listener.accept()
@@ -132,33 +169,46 @@ class Relay:
             threading.Thread(target=_splice, args=(client, self._connect), daemon=True).start()
 
     def close(self) -> None:
+        import socket
+
         self._closed = True
-        with contextlib.suppress(OSError):
+        try:
             self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.listener.close()
 
 
 def run_bridged(pairs: list[tuple[str, str]], cmd: list[str]) -> int:
     """Listen on each ``HOST:PORT`` relaying to its Unix socket, run ``cmd``, return its exit
-    status."""
-    relays = []
-    for listen, unix_path in pairs:
-        host, port = split_host_port(listen)
-        relays.append(Relay(listen_tcp(host, port), connect_unix(unix_path)))
-    try:
-        child = subprocess.Popen(cmd)
+    status. ``cmd`` starts once the ports listen and before the relays' modules are loaded."""
+    import _signal
+
+    fds = [_listen_fd(*split_host_port(listen)) for listen, _ in pairs]
+    try:  # as subprocess would: SIGPIPE and SIGXFSZ back to their defaults (Python ignores them)
+        pid = os.posix_spawnp(cmd[0], cmd, os.environ, setsigdef=(_signal.SIGPIPE, _signal.SIGXFSZ))
     except OSError as e:
         print(f"bridge: cannot run {cmd[0]!r}: {e}", file=sys.stderr, flush=True)
         return 127
+    reaped = False
 
     def forward(signum: int, _frame: object) -> None:
-        child.send_signal(signum)
+        if not reaped:
+            os.kill(pid, signum)
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, forward)
-    rc = child.wait()
+    for sig in (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP):
+        _signal.signal(sig, forward)
+    import socket  # the command is starting meanwhile
+
+    relays = [
+        Relay(socket.socket(fileno=fd), connect_unix(path))
+        for fd, (_, path) in zip(fds, pairs, strict=True)
+    ]
+    _, status = os.waitpid(pid, 0)
+    reaped = True
     for relay in relays:
         relay.close()
+    rc = os.waitstatus_to_exitcode(status)
     return 128 - rc if rc < 0 else rc
 
 

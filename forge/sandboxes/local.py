@@ -12,12 +12,12 @@ Layout on the host, one directory per sandbox under ``root``::
 With ``isolation="required"`` (the default) every exec runs under bwrap with private user, pid,
 net, ipc and uts namespaces; it sees the system directories and the real Python read-only, of
 the host's /etc only an allowlist (``bwrap.ETC_ALLOW``), its own workspace and home read-write,
-a private /tmp, and a network with only loopback. Its one way out is the attempt's proxy: the
-host Unix socket ``spec.proxy_socket`` is bound at ``/run/forge/proxy.sock``; the command runs under
-``bridge.py``, which serves it on ``127.0.0.1:{spec.proxy_port}``. When bwrap cannot work here,
-constructing the sandbox raises :class:`IsolationUnavailable` saying how to install it. Only
-``isolation="none"`` runs the command as a plain process group in the host workspace, sharing
-the host's network and files (with a warning).
+a private /tmp, and a network with only loopback. Its one way out is the attempt's proxy (the
+host Unix socket ``spec.proxy_socket``) on ``127.0.0.1:{spec.proxy_port}``, relayed from this
+process or by ``bridge.py`` in front of the command (:mod:`forge.sandboxes.netns`). Where bwrap
+cannot work, constructing the sandbox raises :class:`IsolationUnavailable` saying how to install
+it. Only ``isolation="none"`` runs the command as a plain process group in the host workspace,
+sharing the host's network and files (with a warning).
 
 With ``disk_mb`` (``sandbox.disk_mb``) the workspace, home and /tmp live on a file system of
 that size loop-mounted at ``<dir>/disk`` (:mod:`forge.sandboxes.quota`; root only, else a
@@ -37,6 +37,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
@@ -47,12 +48,12 @@ from forge.sandboxes.bwrap import (
     WORKSPACE,
     IsolationUnavailable,
     bwrap_argv,
-    host_python,
     require_bwrap,
     sandbox_path_var,
     write_etc,
 )
 from forge.sandboxes.egress import EGRESS_PORT
+from forge.sandboxes.netns import HostRelays, way_out
 from forge.sandboxes.orphans import (
     LABELS_FILE,
     default_root,
@@ -66,10 +67,6 @@ from forge.sandboxes.tmproot import private_root
 
 log = logging.getLogger(__name__)
 
-PROXY_SOCKET = "/run/forge/proxy.sock"  # the proxy socket as the sandbox sees it
-EGRESS_SOCKET = "/run/forge/egress.sock"  # the egress proxy's, in a phase that has one
-BRIDGE = "/opt/forge/bridge.py"  # the bridge program as the sandbox sees it
-_BRIDGE_HOST = str(Path(bridge.__file__).resolve())
 _warned: set[str] = set()
 ISOLATION = ("required", "none")
 UNISOLATED_WARNING = (
@@ -292,44 +289,58 @@ class LocalSandbox:
         if not cmd:
             raise ValueError("empty command")
         if self.isolated:
-            ro_mounts = dict(self.spec.ro_mounts)
-            binds: dict[str, str] = {}
-            relayed: list[str] = []  # HOST:PORT SOCKET pairs, as the sandbox sees them
-            if self._socket:
-                if not os.path.exists(self._socket):
-                    raise RuntimeError(f"proxy socket {self._socket} does not exist")
-                binds[self._socket] = PROXY_SOCKET
-                relayed += [f"127.0.0.1:{self.spec.proxy_port}", PROXY_SOCKET]
-            if self.spec.egress_socket:  # the phase's way out: the run's egress proxy
-                binds[self.spec.egress_socket] = EGRESS_SOCKET
-                relayed += [f"127.0.0.1:{EGRESS_PORT}", EGRESS_SOCKET]
-            if relayed:
-                ro_mounts[_BRIDGE_HOST] = BRIDGE
-                # -I -S: the relay needs only the standard library (skipping site: ~15 ms less)
-                cmd = [host_python(), "-I", "-S", BRIDGE, *relayed, "--", *cmd]
-            if self._data is not None:  # /tmp inside the quota too (bwrap's own is unbounded)
-                binds[str(self._data / "tmp")] = "/tmp"
-            argv = bwrap_argv(
-                workspace=str(self.host_workspace),
-                home=str(self.host_home),
-                ro_mounts=ro_mounts,
-                binds=binds,
-                etc=str(d / "etc"),
-            )
-            argv += cmd
-            cwd = str(d)
+            (argv, relays), cwd = self._bwrap(cmd, d), str(d)
         else:
-            argv, cwd = list(cmd), str(self.host_workspace)
-        return run_in_group(
-            argv,
-            env=self._env(env),
-            cwd=cwd,
-            timeout_s=min(timeout_s, remaining),
-            output_cap=self.output_cap,
-            grace_s=self.kill_grace_s,
-            on_start=self._started,
-            on_end=self._ended,
+            argv, cwd, relays = list(cmd), str(self.host_workspace), None
+        try:
+            return run_in_group(
+                argv,
+                env=self._env(env),
+                cwd=cwd,
+                timeout_s=min(timeout_s, remaining),
+                output_cap=self.output_cap,
+                grace_s=self.kill_grace_s,
+                on_start=self._started if relays is None else partial(self._relayed, relays),
+                on_end=self._ended,
+                pass_fds=relays.child_fds if relays is not None else (),
+            )
+        finally:
+            if relays is not None:
+                relays.close()
+
+    def _bwrap(self, cmd: list[str], d: Path) -> tuple[list[str], HostRelays | None]:
+        """One exec's bwrap command line, and the relays this process runs for it (None: no
+        proxy, or ``bridge.py`` relays from inside: :func:`forge.sandboxes.netns.way_out`)."""
+        ports: dict[int, str] = {}  # port in the sandbox -> host socket it leads to
+        if self._socket:
+            if not os.path.exists(self._socket):
+                raise RuntimeError(f"proxy socket {self._socket} does not exist")
+            ports[self.spec.proxy_port] = self._socket
+        if self.spec.egress_socket:  # the phase's way out: the run's egress proxy
+            ports[EGRESS_PORT] = self.spec.egress_socket
+        way = way_out(ports, cmd)
+        if self._data is not None:  # /tmp inside the quota too (bwrap's own is unbounded)
+            way.binds[str(self._data / "tmp")] = "/tmp"
+        argv = bwrap_argv(
+            workspace=str(self.host_workspace),
+            home=str(self.host_home),
+            ro_mounts={**self.spec.ro_mounts, **way.ro_mounts},
+            binds=way.binds,
+            etc=str(d / "etc"),
         )
+        argv[1:1] = way.relays.bwrap_args() if way.relays is not None else []
+        return argv + way.cmd, way.relays
+
+    def _relayed(self, relays: HostRelays, proc: subprocess.Popen[bytes]) -> None:
+        """:meth:`_started`, then the relays; bwrap is killed when they cannot be made."""
+        self._started(proc)
+        try:
+            relays.start(proc)
+        except BaseException:
+            kill_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+            self._ended(proc)
+            raise
 
     def _started(self, proc: subprocess.Popen[bytes]) -> None:
         with self._state.lock:

@@ -95,9 +95,11 @@ def run_in_group(
     on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
     on_end: Callable[[subprocess.Popen[bytes]], None] | None = None,
     user: tuple[int, int] | None = None,
+    pass_fds: tuple[int, ...] = (),
 ) -> ExecResult:
     """Run ``argv`` as the leader of a new session; stdin is closed. ``user`` (uid, gid): the
     child drops to that user (setgroups to none, setgid, setuid) before it runs ``argv``.
+    ``pass_fds``: descriptors the child keeps (bwrap's ``--info-fd`` and ``--block-fd``).
 
     On timeout the whole process group gets SIGTERM, then SIGKILL after ``grace_s``; the result
     has ``exit_code=-1``, ``timed_out=True`` and the output read so far. When the leader exits on
@@ -112,6 +114,7 @@ def run_in_group(
         env=env,
         cwd=cwd,
         start_new_session=True,
+        pass_fds=pass_fds,
         **(dict(user=user[0], group=user[1], extra_groups=[]) if user is not None else {}),
     )
     assert proc.stdout is not None and proc.stderr is not None

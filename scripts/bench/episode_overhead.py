@@ -16,10 +16,10 @@ against one scripted-oracle Policy deployment:
 Where the difference goes: each episode is also played by a HarnessPod in this process
 (``run_attempt``'s ``stages``: setup, sandbox create, files, the harness's run, close, verify,
 destroy, assembly), and the difference between that and the actor is Ray's share. The harness's
-run is split by timing ``true`` run the way the harness is: in a bare sandbox, then through the
-proxy bridge as well. It also times creating and destroying a sandbox, as the pod's settings
-make it (``sandbox.disk_mb``: a quota file system, as root) and without a quota. The target is
-a ratio under 1.15 (react's 0.1 s episode included).
+run is split by timing an empty Python program (``python3 -c pass``) by hand, in a bare
+sandbox, and through the proxy bridge as well. It also times creating and destroying a sandbox,
+as the pod's settings make it (``sandbox.disk_mb``: a quota file system, as root) and without a
+quota. The target is a ratio under 1.15 (react's 0.1 s episode included).
 
     .venv/bin/python scripts/bench/episode_overhead.py [--harness react,pi,codex,...] [--reps 5]
         [--baseline /tmp/base]
@@ -114,17 +114,26 @@ def sandbox_times(config: SandboxConfig, reps: int) -> tuple[list[float], list[f
     return create, destroy
 
 
+EMPTY = ["python3", "-c", "pass"]  # a Python harness's own start, and nothing else
+
+
 def exec_times(socket_path: str, reps: int) -> dict[str, list[float]]:
-    """``true`` run as a harness is: in a bare sandbox, and with the proxy relayed in."""
-    times: dict[str, list[float]] = {"exec true": [], "exec true, proxy bridge": []}
+    """An empty Python program run as a harness is: by hand, in a bare sandbox, and with the
+    proxy relayed in (the bridge in front of it)."""
+    names = ("python3 -c pass: by hand", "in a sandbox", "in a sandbox, bridged")
+    times: dict[str, list[float]] = {name: [] for name in names}
     config = SandboxConfig(disk_mb=None)
+    env = {"PATH": sandbox_path_var(), "LANG": "C.UTF-8"}
     for _ in range(reps):
-        for name, proxy in (("exec true", None), ("exec true, proxy bridge", socket_path)):
+        t0 = time.perf_counter()
+        subprocess.run(EMPTY, env=env, check=True)
+        times[names[0]].append(time.perf_counter() - t0)
+        for name, proxy in ((names[1], None), (names[2], socket_path)):
             box = sandbox_for(config, None)
             box.create(SandboxSpec(proxy_socket=proxy))
             try:
                 t0 = time.perf_counter()
-                box.exec(["true"], 30)
+                box.exec(EMPTY, 30)
                 times[name].append(time.perf_counter() - t0)
             finally:
                 box.destroy()

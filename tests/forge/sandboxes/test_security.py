@@ -411,9 +411,9 @@ def test_its_key_opens_no_other_attempt(probe_run) -> None:
 def test_key_is_in_no_argv_and_no_log(probe_run, ray_cluster) -> None:
     key, argv, ep = probe_run["key"], probe_run["argv"], probe_run["episode"]
     assert key.startswith("forge-") and len(key) > 20
-    # the scan ran while the harness did: its bwrap and bridge were in the process list
+    # the scan ran while the harness did: its bwrap and itself were in the process list
     assert any("bwrap" in cmd and str(probe_run["root"]) in cmd for cmd in argv.values())
-    assert any("bridge.py" in cmd for cmd in argv.values())
+    assert any("/home/agent/probe.py" in cmd for cmd in argv.values())
     assert {pid: cmd for pid, cmd in argv.items() if key in cmd} == {}
     assert key not in ep.harness_log and key not in json.dumps(ep.to_dict())
     assert any("pod sec-a proxy on" in line for line in probe_run["logs"])  # logs were captured

@@ -1,0 +1,75 @@
+"""The way out of a local sandbox relayed by this process (forge.sandboxes.netns): listeners
+made in the sandbox's own network namespace before its command starts, with real bubblewrap and
+a real proxy stand-in on a Unix socket; and the bridge's way where this process cannot."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from forge.sandboxes import netns
+from forge.sandboxes.base import SandboxSpec
+from forge.sandboxes.bwrap import bwrap_works
+from forge.sandboxes.local import LocalSandbox
+from tests.forge.httpstub import StubServer
+
+needs_host_relays = pytest.mark.skipif(
+    not bwrap_works() or not netns.host_relays_work(),
+    reason="needs bubblewrap and a process that may enter network namespaces (CAP_SYS_ADMIN)",
+)
+FETCH = (
+    "import json, os, sys, urllib.request\n"
+    "with urllib.request.urlopen('http://127.0.0.1:8931/v1/x', timeout=10) as r:\n"
+    "    print(json.dumps({'path': json.load(r)['path'], 'run': os.path.exists('/run/forge')}))\n"
+)
+
+
+@pytest.fixture
+def proxy(tmp_path: Path) -> Iterator[StubServer]:
+    stub = StubServer(lambda m, p, h, b: (200, {"path": p}, {}), unix_path=str(tmp_path / "p.sock"))
+    yield stub
+    stub.close()
+
+
+@needs_host_relays
+def test_the_sandbox_reaches_its_proxy_and_sees_no_socket_of_the_host(tmp_path, proxy) -> None:
+    box = LocalSandbox(root=tmp_path / "boxes", disk_mb=None)
+    box.create(SandboxSpec(proxy_socket=proxy.address))
+    try:
+        for _ in range(2):  # each exec its own namespace, listeners and relays
+            r = box.exec(["python3", "-c", FETCH], 30)
+            assert r.exit_code == 0, r.stderr
+            assert r.stdout.strip() == '{"path": "/v1/x", "run": false}'
+    finally:
+        box.destroy()
+    assert len(proxy.requests) == 2
+
+
+@needs_host_relays
+def test_a_bwrap_that_cannot_start_reports_why(tmp_path, proxy) -> None:
+    gone = tmp_path / "gone.txt"
+    gone.write_text("x")
+    box = LocalSandbox(root=tmp_path / "boxes", disk_mb=None)
+    box.create(SandboxSpec(proxy_socket=proxy.address, ro_mounts={str(gone): "/opt/gone.txt"}))
+    gone.unlink()  # bwrap's mount of it fails before the sandbox is made
+    try:
+        r = box.exec(["true"], 30)
+    finally:
+        box.destroy()
+    assert r.exit_code != 0 and "gone.txt" in r.stderr, r
+    assert proxy.requests == []
+
+
+def test_without_ports_nothing_is_relayed_and_the_bridge_binds_what_it_relays(
+    monkeypatch,
+) -> None:
+    assert netns.way_out({}, ["true"]) == netns.WayOut(["true"])
+    monkeypatch.setattr(netns, "_works", False)  # as in a process without CAP_SYS_ADMIN
+    way = netns.way_out({8931: "/host/p.sock"}, ["true"])
+    assert way.relays is None and way.binds == {"/host/p.sock": "/run/forge/8931.sock"}
+    assert way.cmd[-2:] == ["--", "true"] and way.cmd[way.cmd.index(netns.BRIDGE) + 1 :][:2] == [
+        "127.0.0.1:8931",
+        "/run/forge/8931.sock",
+    ]
