@@ -4,6 +4,7 @@ or can write into is refused, naming it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -116,3 +117,44 @@ def test_reaping_an_orphan_unmounts_its_disk(tmp_path: Path) -> None:
         assert not os.path.ismount(d / quota.DISK) and not d.exists()
     finally:
         quota.release(d)
+
+
+def _loop_devices_of(image: Path) -> list[str]:
+    """The loop devices whose backing file is ``image``."""
+    found = []
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        with contextlib.suppress(OSError):
+            if backing.read_text().strip() == str(image):
+                found.append(backing.parent.parent.name)
+    return found
+
+
+@needs_quota
+@pytest.mark.parametrize("way", ["system calls", "commands"])
+def test_a_disk_holds_its_size_and_leaves_no_loop_device(tmp_path: Path, way, monkeypatch) -> None:
+    """The disk is a fresh copy of the process's template file system, mounted with the loop and
+    mount system calls (or the mount command where those fail); unmounting releases its loop
+    device either way."""
+    if way == "commands":
+
+        def refused(image: Path, mnt: Path) -> None:
+            raise PermissionError(1, "as where the system calls are refused")
+
+        monkeypatch.setattr(quota, "_mount_loop", refused)
+    folders = [tmp_path / "a", tmp_path / "b"]
+    for folder in folders:
+        folder.mkdir()
+        mnt = quota.mount_disk(folder, 24)
+        assert os.path.ismount(mnt) and _loop_devices_of(folder / quota.IMAGE)
+        options = next(line.split()[3] for line in Path("/proc/mounts").read_text().splitlines()
+                       if line.split()[1] == str(mnt))  # fmt: skip
+        assert {"nosuid", "nodev", "noatime"} <= set(options.split(","))
+        (mnt / "mine").write_text(folder.name)  # each its own file system
+        st = os.statvfs(mnt)
+        assert 16 << 20 <= st.f_blocks * st.f_frsize <= 24 << 20
+        assert os.stat(mnt).st_uid == os.geteuid()  # owned by this user
+    assert [(f / quota.DISK / "mine").read_text() for f in folders] == ["a", "b"]
+    for folder in folders:
+        assert quota.release(folder)
+        assert not os.path.ismount(folder / quota.DISK)
+        assert _loop_devices_of(folder / quota.IMAGE) == []
