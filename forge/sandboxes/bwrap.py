@@ -206,9 +206,10 @@ def _etc_args(etc: str | None) -> list[str]:
     return args
 
 
-def base_args(etc: str | None = None) -> list[str]:
+def base_args(etc: str | None = None, etc_tree: str | None = None) -> list[str]:
     """Namespaces, the read-only system, an /etc of only :data:`ETC_ALLOW` (plus the files
-    :func:`write_etc` wrote into ``etc``), and a private /tmp, /dev and /proc."""
+    :func:`write_etc` wrote into ``etc``; or all of it in the one folder ``etc_tree``:
+    :mod:`forge.sandboxes.etc_tree`), and a private /tmp, /dev and /proc."""
     args = [
         "bwrap",
         "--unshare-all",
@@ -222,7 +223,7 @@ def base_args(etc: str | None = None) -> list[str]:
             args += ["--symlink", os.readlink(d), d]
         elif os.path.isdir(d):
             args += ["--ro-bind", d, d]
-    args += _etc_args(etc)
+    args += ["--ro-bind", etc_tree, "/etc"] if etc_tree else _etc_args(etc)
     args += [a for d in SHARED_CACHES if os.path.isdir(d) for a in ("--ro-bind", d, d)]
     prefix = python_prefix()
     if prefix:
@@ -238,17 +239,19 @@ def bwrap_argv(
     ro_mounts: dict[str, str],
     binds: dict[str, str] | None = None,
     etc: str | None = None,
+    etc_tree: str | None = None,
 ) -> list[str]:
     """The bwrap prefix of one exec: system read-only, ``workspace`` at /workspace and ``home``
     at /home/agent read-write, ``ro_mounts`` (host -> sandbox) read-only, ``binds`` (host ->
     sandbox, e.g. the proxy socket) read-write, the synthesised /etc files from the folder
-    ``etc`` (see :func:`write_etc`), the root itself read-only, working directory /workspace.
+    ``etc`` (see :func:`write_etc`) or all of /etc from ``etc_tree``, the root itself
+    read-only, working directory /workspace.
 
     The environment is not set here: bwrap passes its own, and callers run it with exactly the
     sandbox's environment (the same as ``--clearenv`` plus ``--setenv`` for each variable, but
     keeping the attempt's key out of the host's process list).
     """
-    args = base_args(etc)
+    args = base_args(etc, etc_tree)
     args += ["--bind", workspace, WORKSPACE, "--bind", home, HOME]
     for host, target in ro_mounts.items():
         args += ["--ro-bind", host, target]

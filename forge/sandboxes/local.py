@@ -6,18 +6,18 @@ Layout on the host, one directory per sandbox under ``root``::
         .forge-labels.json   labels, creator pid (and its start time), host, deadline
         workspace/           /workspace inside the sandbox
         home/                /home/agent inside (kept between execs of one sandbox)
-        etc/                 synthesised passwd, group, hosts ... bound into /etc (isolated)
         proxy.sock           host-side relay to a TCP proxy, when one is needed
 
 With ``isolation="required"`` (the default) every exec runs under bwrap with private user, pid,
 net, ipc and uts namespaces; it sees the system directories and the real Python read-only, of
-the host's /etc only an allowlist (``bwrap.ETC_ALLOW``), its own workspace and home read-write,
-a private /tmp, and a network with only loopback. Its one way out is the attempt's proxy (the
-host Unix socket ``spec.proxy_socket``) on ``127.0.0.1:{spec.proxy_port}``, relayed from this
-process or by ``bridge.py`` in front of the command (:mod:`forge.sandboxes.netns`). Where bwrap
-cannot work, constructing the sandbox raises :class:`IsolationUnavailable` saying how to install
-it. Only ``isolation="none"`` runs the command as a plain process group in the host workspace,
-sharing the host's network and files (with a warning).
+the host's /etc only an allowlist (``bwrap.ETC_ALLOW``, copied: ``etc_tree.py``), its own
+workspace and home read-write, a private /tmp, and a network with only loopback. Its one way
+out is the attempt's proxy (the host Unix socket ``spec.proxy_socket``) on
+``127.0.0.1:{spec.proxy_port}``, relayed from this process or by ``bridge.py`` in front of the
+command (:mod:`forge.sandboxes.netns`). Where bwrap cannot work, constructing the sandbox
+raises :class:`IsolationUnavailable` saying how to install it. Only ``isolation="none"`` runs
+the command as a plain process group in the host workspace, sharing the host's network and
+files (with a warning).
 
 With ``disk_mb`` (``sandbox.disk_mb``) the workspace, home and /tmp live on a file system of
 that size loop-mounted at ``<dir>/disk`` (:mod:`forge.sandboxes.quota`; root only, else a
@@ -50,9 +50,9 @@ from forge.sandboxes.bwrap import (
     bwrap_argv,
     require_bwrap,
     sandbox_path_var,
-    write_etc,
 )
 from forge.sandboxes.egress import EGRESS_PORT
+from forge.sandboxes.etc_tree import etc_tree
 from forge.sandboxes.netns import HostRelays, way_out
 from forge.sandboxes.orphans import (
     LABELS_FILE,
@@ -223,8 +223,6 @@ class LocalSandbox:
         keep_tmp = self._data is not None or not self.isolated
         for sub in ("workspace", "home", "tmp") if keep_tmp else ("workspace", "home"):
             (self._data_dir() / sub).mkdir()
-        if self.isolated:
-            write_etc(str(d / "etc"))
         self._setup_proxy(spec, d)
 
     def _setup_proxy(self, spec: SandboxSpec, d: Path) -> None:
@@ -289,7 +287,7 @@ class LocalSandbox:
         if not cmd:
             raise ValueError("empty command")
         if self.isolated:
-            (argv, relays), cwd = self._bwrap(cmd, d), str(d)
+            (argv, relays), cwd = self._bwrap(cmd), str(d)
         else:
             argv, cwd, relays = list(cmd), str(self.host_workspace), None
         try:
@@ -308,7 +306,7 @@ class LocalSandbox:
             if relays is not None:
                 relays.close()
 
-    def _bwrap(self, cmd: list[str], d: Path) -> tuple[list[str], HostRelays | None]:
+    def _bwrap(self, cmd: list[str]) -> tuple[list[str], HostRelays | None]:
         """One exec's bwrap command line, and the relays this process runs for it (None: no
         proxy, or ``bridge.py`` relays from inside: :func:`forge.sandboxes.netns.way_out`)."""
         ports: dict[int, str] = {}  # port in the sandbox -> host socket it leads to
@@ -326,7 +324,7 @@ class LocalSandbox:
             home=str(self.host_home),
             ro_mounts={**self.spec.ro_mounts, **way.ro_mounts},
             binds=way.binds,
-            etc=str(d / "etc"),
+            etc_tree=etc_tree(self.root),  # shared by this process's sandboxes under root
         )
         argv[1:1] = way.relays.bwrap_args() if way.relays is not None else []
         return argv + way.cmd, way.relays
