@@ -41,6 +41,7 @@ from actors.pod_proxy import RecordingProxy
 from actors.service_routes import service_routes
 from forge.config import ProxyConfig, SandboxConfig
 from forge.episode import run_attempt
+from forge.sandboxes import warm_pool
 from forge.sandboxes.egress import EGRESS_PORT, EgressProxy
 from forge.types import Episode, ImagePart, Turn
 from serve.http_app import build_app, protocol_routes
@@ -156,9 +157,11 @@ class HarnessPod:
         return f"http://{self.host}:{self.port}"
 
     async def stop(self) -> None:
-        """Destroy live sandboxes (killing their processes), then stop serving."""
+        """Destroy live sandboxes (killing their processes) and those made ahead for this pod's
+        attempts (``sandbox.warm_pool``), then stop serving."""
         for sandbox in list(self.sandboxes):
             await asyncio.to_thread(sandbox.destroy)
+        await asyncio.to_thread(warm_pool.shutdown, {"run": self.run, "pod": self.pod_id})
         for server, task in self._servers:
             server.should_exit = True
             await task
