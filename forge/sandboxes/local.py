@@ -52,7 +52,7 @@ from forge.sandboxes.bwrap import (
     sandbox_path_var,
 )
 from forge.sandboxes.egress import EGRESS_PORT
-from forge.sandboxes.etc_tree import etc_tree
+from forge.sandboxes.etc_tree import etc_mounts
 from forge.sandboxes.netns import HostRelays, way_out
 from forge.sandboxes.orphans import (
     LABELS_FILE,
@@ -287,7 +287,7 @@ class LocalSandbox:
         if not cmd:
             raise ValueError("empty command")
         if self.isolated:
-            (argv, relays), cwd = self._bwrap(cmd), str(d)
+            (argv, relays), cwd = self._bwrap(cmd, d), str(d)
         else:
             argv, cwd, relays = list(cmd), str(self.host_workspace), None
         try:
@@ -306,7 +306,7 @@ class LocalSandbox:
             if relays is not None:
                 relays.close()
 
-    def _bwrap(self, cmd: list[str]) -> tuple[list[str], HostRelays | None]:
+    def _bwrap(self, cmd: list[str], d: Path) -> tuple[list[str], HostRelays | None]:
         """One exec's bwrap command line, and the relays this process runs for it (None: no
         proxy, or ``bridge.py`` relays from inside: :func:`forge.sandboxes.netns.way_out`)."""
         ports: dict[int, str] = {}  # port in the sandbox -> host socket it leads to
@@ -319,12 +319,13 @@ class LocalSandbox:
         way = way_out(ports, cmd)
         if self._data is not None:  # /tmp inside the quota too (bwrap's own is unbounded)
             way.binds[str(self._data / "tmp")] = "/tmp"
+        mounts = {**self.spec.ro_mounts, **way.ro_mounts}
         argv = bwrap_argv(
             workspace=str(self.host_workspace),
             home=str(self.host_home),
-            ro_mounts={**self.spec.ro_mounts, **way.ro_mounts},
+            ro_mounts=mounts,
             binds=way.binds,
-            etc_tree=etc_tree(self.root),  # shared by this process's sandboxes under root
+            **etc_mounts(d / "etc", [*mounts.values(), *way.binds.values()]),
         )
         argv[1:1] = way.relays.bwrap_args() if way.relays is not None else []
         return argv + way.cmd, way.relays
