@@ -44,6 +44,7 @@ from forge.episode import run_attempt
 from forge.sandboxes import warm_pool
 from forge.sandboxes.egress import EGRESS_PORT, EgressProxy
 from forge.types import Episode, ImagePart, Turn
+from serve.coalesce import CoalescingHTTP
 from serve.http_app import build_app, protocol_routes
 from serve.protocol.images import ImageOptions
 from tasks.services import World
@@ -132,8 +133,9 @@ class HarnessPod:
         self._servers = []
         for where, sockets in listen:
             config = uvicorn.Config(
-                app, log_level="warning", access_log=False, lifespan="off", **where
-            )
+                app, http=CoalescingHTTP, proxy_headers=False, log_level="warning",
+                access_log=False, lifespan="off", **where,
+            )  # fmt: skip
             server = uvicorn.Server(config)
             task = asyncio.create_task(server.serve(sockets=sockets))
             while not server.started:

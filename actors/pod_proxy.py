@@ -15,12 +15,15 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from ray import serve
+from ray.serve.handle import DeploymentHandle
 from starlette.requests import Request
 
 from actors.attempt_state import AttemptState
 from forge.config import ProxyConfig
 from forge.types import ChatRequest, Completion, Turn
 from serve.engines.base import ContextLengthError, ImageInputError
+from serve.event_stream import client_gone
 from serve.http_app import image_error, request_api_key
 from serve.live import LiveCompletion, stream_from
 from serve.protocol.common import ProtocolError, WireOptions
@@ -59,16 +62,30 @@ def override_sampling(chat: ChatRequest, raw_body: dict[str, Any], temperature: 
 
 
 class PolicyCalls:
-    """The Policy's methods as the proxy calls them through its Serve handle: their options
-    set once (``options`` copies a handle, a cost per call), over Serve's gRPC transport
-    (``_by_reference=False``: a request and each event it streams back travel as gRPC
-    messages, not as Ray object references, at about half the pod's CPU a call)."""
+    """The Policy's methods as the proxy calls them, made on the event loop that serves the
+    proxy: through a handle of its own whose router runs on this loop (a handle's router runs
+    on a thread of its own by default, and every call then crosses between the two loops),
+    with its options set once (``options`` copies a handle: a cost a call) and over Serve's
+    gRPC transport (``_by_reference=False``: a request and each event it streams back travel as
+    gRPC messages, not as Ray object references, the larger part of a call's CPU before).
+    ``scripts/bench/proxy_load.py`` measures what a call costs the pod."""
 
     def __init__(self, policy: Any) -> None:
+        policy = _on_this_loop(policy)
         direct = policy.options(_by_reference=False)
         self.generate = direct.generate
         self.tokenize_prompt = direct.tokenize_prompt
         self.generate_stream = policy.options(stream=True, _by_reference=False).generate_stream
+
+
+def _on_this_loop(policy: Any) -> Any:
+    """A new handle of ``policy``'s deployment with its router on the running event loop, or
+    ``policy`` itself when it is no Serve handle (a test's in-process one)."""
+    if not isinstance(policy, DeploymentHandle):
+        return policy
+    handle = serve.get_deployment_handle(policy.deployment_name, policy.app_name)
+    handle._init(_run_router_in_separate_loop=False)  # Serve's own option, set before first use
+    return handle
 
 
 class RecordingProxy:
@@ -195,7 +212,7 @@ class RecordingProxy:
         state.turns.append(turn)
         if live is not None:
             state.streams.append((turn, live))
-        elif await ctx.request.is_disconnected():  # an SDK gave up on it: never delivered
+        elif client_gone(ctx.request.receive):  # an SDK gave up on it: never delivered
             turn.delivered = False
         return completion
 

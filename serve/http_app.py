@@ -29,9 +29,10 @@ from serve.event_stream import EventStream
 from serve.live import LiveCompletion
 from serve.protocol import anthropic
 from serve.protocol.body import parse_body
-from serve.protocol.common import ProtocolError, WireOptions, WireProtocol, dumps, error_body
+from serve.protocol.common import ProtocolError, WireOptions, WireProtocol, error_body
 from serve.protocol.images import ImageOptions, image_options
 from serve.protocol.models import ModelCard, find_model, model_list, model_object, wire_of
+from serve.protocol.sse import dumps
 from serve.protocol.wire import MODULES
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ def error_response(protocol: WireProtocol, err: ProtocolError) -> JSONResponse:
 
 
 def json_response(body: dict[str, Any]) -> Response:
-    """A 200 JSON answer, encoded by the events' encoder (:func:`serve.protocol.common.dumps`:
+    """A 200 JSON answer, encoded by the events' encoder (:func:`serve.protocol.sse.dumps`:
     one encoder for every answer, where ``JSONResponse`` makes one each)."""
     return Response(dumps(body).encode(), media_type="application/json")
 
@@ -192,7 +193,7 @@ def _generation_endpoint(
         except Exception as e:
             log.exception("%s %s failed", request.method, request.url.path)
             return error_response(protocol, _internal(e))
-        return EventStream(module.render_stream(live, opts), live, request.url.path)
+        return EventStream(module.render_stream(live, opts), live, request.scope["path"])
 
     return endpoint
 

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from forge.types import ChatRequest, Completion
-from serve.protocol.common import pieces
+from serve.protocol.sse import pieces
 
 TOOL_TAG = "<tool_call>"
 
@@ -44,7 +44,8 @@ def safe_content(text: str, tools: bool) -> str:
 class LiveCompletion:
     """One answer in flight: a producer calls :meth:`start`, :meth:`text`, then :meth:`finish`
     (or :meth:`fail`); a consumer awaits :meth:`started`, then iterates :meth:`content` (or
-    :meth:`batches`). A server sets ``delivered`` once its client was sent the whole answer."""
+    takes :meth:`next_batch` until ``completion`` is set). A server sets ``delivered`` once
+    its client was sent the whole answer."""
 
     def __init__(self) -> None:
         self.prompt_ids: list[int] | None = None
@@ -94,36 +95,31 @@ class LiveCompletion:
     async def content(self) -> AsyncIterator[str]:
         """Content pieces as they come; then the rest of the final content. Afterwards
         ``completion`` holds the whole answer."""
-        async for batch in self.batches():
-            for piece in batch:
+        while self.completion is None:
+            for piece in await self.next_batch():
                 yield piece
 
-    async def batches(self) -> AsyncIterator[list[str]]:
-        """The pieces of :meth:`content`, in batches: each holds every piece that has come by
-        the time it is taken (one wait a batch, so a server writes them at once). The last
-        batch (possibly empty) comes with ``completion`` set."""
-        while True:
-            kind, value = await self._events.get()
-            batch: list[str] = []
-            while kind == "text":
-                self.sent += value
-                batch.append(value)
-                if self._events.empty():
-                    break
-                kind, value = self._events.get_nowait()
-            if kind == "text":
-                yield batch
-                continue
-            if kind == "error":
-                raise value
-            self.completion = value
-            final = value.content
-            if not final.startswith(self.sent):  # cannot happen with safe_content
-                raise RuntimeError("streamed content is not a prefix of the final content")
-            batch += pieces(final[len(self.sent) :])
-            self.sent = final
-            yield batch
-            return
+    async def next_batch(self) -> list[str]:
+        """The next pieces of :meth:`content`: every piece that has come by now (it waits only
+        while none has), so a server writes them at once. The last batch (possibly empty)
+        comes with ``completion`` set; there is none after it."""
+        kind, value = await self._events.get()
+        batch: list[str] = []
+        while kind == "text":
+            self.sent += value
+            batch.append(value)
+            if self._events.empty():
+                return batch
+            kind, value = self._events.get_nowait()
+        if kind == "error":
+            raise value
+        final = value.content
+        if not final.startswith(self.sent):  # cannot happen with safe_content
+            raise RuntimeError("streamed content is not a prefix of the final content")
+        batch += pieces(final[len(self.sent) :])
+        self.sent = final
+        self.completion = value
+        return batch
 
 
 async def stream_policy(policy: Any, chat: ChatRequest, live: LiveCompletion) -> Completion:

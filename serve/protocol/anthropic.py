@@ -46,7 +46,6 @@ from forge.types import (
     ToolCall,
 )
 from serve.protocol.common import (
-    LastChunk,
     ProtocolError,
     WireOptions,
     at,
@@ -58,11 +57,10 @@ from serve.protocol.common import (
     opt_number,
     opt_str,
     parse_json_object,
-    pieces,
     req_str,
-    sse_event,
 )
 from serve.protocol.images import anthropic_image
+from serve.protocol.sse import LastChunk, pieces, sse_event
 from serve.protocol.structured import anthropic_schema
 
 if TYPE_CHECKING:
@@ -351,7 +349,7 @@ def render_response(c: Completion, opts: WireOptions) -> dict[str, Any]:
 
 async def render_stream(live: LiveCompletion, opts: WireOptions) -> AsyncIterator[bytes]:
     """The answer as events: those that come together are written together (one ``bytes`` a
-    wait), the last ones as a :class:`~serve.protocol.common.LastChunk`."""
+    wait), the last ones as a :class:`~serve.protocol.sse.LastChunk`."""
 
     def event(kind: str, **fields: Any) -> bytes:
         return sse_event(kind, {"type": kind, **fields})
@@ -359,7 +357,8 @@ async def render_stream(live: LiveCompletion, opts: WireOptions) -> AsyncIterato
     start = event("message_start", message=_message(opts, live.prompt_ids or [], [], None))
     yield start + event("ping")
     opened = False  # the text block (index 0) opens with its first piece
-    async for batch in live.batches():
+    while True:  # one batch a wait, the last with the completion
+        batch = await live.next_batch()
         out: list[bytes] = []
         for piece in batch:
             if not opened:
@@ -378,13 +377,10 @@ async def render_stream(live: LiveCompletion, opts: WireOptions) -> AsyncIterato
         index = 1 if opened else 0
         for call in c.tool_calls:
             _, text = _input_json(call.arguments)
-            block = {
-                "type": "tool_use",
-                "id": _tool_use_id(call.id),
-                "name": call.name,
-                "input": {},
-            }
-            out.append(event("content_block_start", index=index, content_block=block))
+            use = {"type": "tool_use", "id": _tool_use_id(call.id), "name": call.name}
+            out.append(
+                event("content_block_start", index=index, content_block={**use, "input": {}})
+            )
             for piece in pieces(text):
                 delta = {"type": "input_json_delta", "partial_json": piece}
                 out.append(event("content_block_delta", index=index, delta=delta))
@@ -396,3 +392,4 @@ async def render_stream(live: LiveCompletion, opts: WireOptions) -> AsyncIterato
         out.append(event("message_delta", delta=stop, usage=usage, **extra))
         out.append(event("message_stop"))
         yield LastChunk(b"".join(out))
+        return

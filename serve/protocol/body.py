@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 from serve.protocol.common import ProtocolError, at, invalid
@@ -54,19 +55,29 @@ def parse_body(raw: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         kind = "an array" if isinstance(body, list) else type(body).__name__
         raise ProtocolError(400, f"body: expected a JSON object, got {kind}", "body")
-    check_json(body)
+    # What the walk looks for can only come from what the text holds: a lone surrogate from a
+    # \uD800-\uDFFF escape (UTF-8 cannot encode one), a level deeper than the limit from more
+    # brackets than the limit. Most bodies hold neither, and are not walked at all.
+    texts = _SURROGATE_ESCAPE.search(raw) is not None
+    depth = raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH
+    if texts or depth:
+        check_json(body, texts=texts)
     return body
 
 
-def check_json(body: dict[str, Any]) -> None:
-    """Raise a 400 naming the first field nested deeper than :data:`MAX_JSON_DEPTH` or holding
-    text that is not valid Unicode (a lone surrogate, in a value or a key)."""
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def check_json(body: dict[str, Any], *, texts: bool = True) -> None:
+    """Raise a 400 naming the first field nested deeper than :data:`MAX_JSON_DEPTH` or (with
+    ``texts``) holding text that is not valid Unicode (a lone surrogate, in a value or a key)."""
     # (value, depth, path): the path is a linked tuple (parent, key), rendered only on error.
     stack: list[tuple[Any, int, Any]] = [(body, 1, None)]
     while stack:
         value, depth, path = stack.pop()
         if isinstance(value, str):
-            _check_text(value, path)
+            if texts:
+                _check_text(value, path)
             continue
         if not isinstance(value, (dict, list)):
             continue
@@ -75,7 +86,7 @@ def check_json(body: dict[str, Any]) -> None:
         items = value.items() if isinstance(value, dict) else enumerate(value)
         for key, item in items:
             child = (path, key)
-            if isinstance(key, str):
+            if texts and isinstance(key, str):
                 _check_text(key, child)
             stack.append((item, depth + 1, child))
 

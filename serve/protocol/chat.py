@@ -8,8 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 from forge.types import ChatRequest, Completion, Message, SamplingParams, Tool, ToolCall
 from serve.protocol.common import (
-    SSE_DONE,
-    LastChunk,
     WireOptions,
     at,
     content_parts,
@@ -22,12 +20,11 @@ from serve.protocol.common import (
     opt_schema,
     opt_stop,
     opt_str,
-    pieces,
     req_str,
-    sse_data,
     text_content,
 )
 from serve.protocol.images import chat_image
+from serve.protocol.sse import SSE_DONE, LastChunk, pieces, sse_data
 from serve.protocol.structured import chat_schema
 
 if TYPE_CHECKING:
@@ -204,7 +201,7 @@ def render_response(c: Completion, opts: WireOptions) -> dict[str, Any]:
 
 async def render_stream(live: LiveCompletion, opts: WireOptions) -> AsyncIterator[bytes]:
     """The answer as chunks: the events that come together are written together (one
-    ``bytes`` a wait), the last ones as a :class:`~serve.protocol.common.LastChunk`."""
+    ``bytes`` a wait), the last ones as a :class:`~serve.protocol.sse.LastChunk`."""
     created = int(time.time())
     base: dict[str, Any] = {
         "id": f"chatcmpl-{opts.request_id}",
@@ -227,7 +224,8 @@ async def render_stream(live: LiveCompletion, opts: WireOptions) -> AsyncIterato
 
     first = {"prompt_token_ids": list(live.prompt_ids or [])} if opts.return_token_ids else None
     yield chunk({"role": "assistant", "content": ""}, top_extra=first)
-    async for batch in live.batches():
+    while True:  # one batch a wait, the last with the completion
+        batch = await live.next_batch()
         out = [chunk({"content": piece}) for piece in batch]
         c = live.completion
         if c is None:
@@ -250,3 +248,4 @@ async def render_stream(live: LiveCompletion, opts: WireOptions) -> AsyncIterato
         if opts.include_usage:
             out.append(sse_data({**base, "choices": [], "usage": _usage(c)}))
         yield LastChunk(b"".join([*out, SSE_DONE]))
+        return

@@ -1,4 +1,5 @@
-"""Shared pieces of the wire protocols: errors, wire options, SSE and validation helpers.
+"""Shared pieces of the wire protocols: errors, wire options and validation helpers (the events
+of streamed answers: :mod:`serve.protocol.sse`).
 
 Every protocol module (``chat``, ``responses``, ``anthropic``) exposes the same three functions:
 
@@ -11,8 +12,9 @@ Every protocol module (``chat``, ``responses``, ``anthropic``) exposes the same 
 
 from __future__ import annotations
 
+import itertools
 import json
-import uuid
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -20,9 +22,6 @@ from typing import Any, Literal
 from forge.types import ImagePart, TextPart
 
 WireProtocol = Literal["chat", "responses", "anthropic"]
-
-# Stream text and tool arguments in pieces of about this many characters.
-PIECE_CHARS = 16
 
 
 class ProtocolError(Exception):
@@ -49,6 +48,24 @@ class ProtocolError(Exception):
         self.error_type = error_type
 
 
+_ID_PREFIX = os.urandom(6).hex()  # this process's; a counter after it (uuid4 costs a syscall)
+_ID_COUNTER = itertools.count()
+
+
+def _new_prefix() -> None:
+    global _ID_PREFIX
+    _ID_PREFIX = os.urandom(6).hex()
+
+
+os.register_at_fork(after_in_child=_new_prefix)  # a forked child counts on its own
+
+
+def new_request_id() -> str:
+    """A request id unique across processes (a random prefix per process, then a count): 24
+    hex digits, as the ids the protocols answer with (``chatcmpl-...``, ``msg_...``) carry."""
+    return f"{_ID_PREFIX}{next(_ID_COUNTER) & 0xFFFFFFFFFFFF:012x}"
+
+
 def invalid(field: str, problem: str) -> ProtocolError:
     """A 400 whose message starts with the field at fault: ``"messages[2].role: ..."``."""
     return ProtocolError(400, f"{field}: {problem}", field)
@@ -70,7 +87,7 @@ class WireOptions:
     include_usage: bool = False
     return_token_ids: bool = False
     model: str = ""
-    request_id: str = field(default_factory=lambda: uuid.uuid4().hex[:24])
+    request_id: str = field(default_factory=new_request_id)
     tool_kinds: dict[str, str] = field(default_factory=dict)
     echo: dict[str, Any] = field(default_factory=dict)
     max_tokens_set: bool = False
@@ -156,47 +173,6 @@ def error_body(protocol: WireProtocol, err: ProtocolError) -> dict[str, Any]:
         return {"type": "error", "error": {"type": kind, "message": err.message}}
     kind = err.error_type or _OPENAI_TYPES.get(err.status, "server_error")
     return {"error": {"message": err.message, "type": kind, "param": err.field, "code": None}}
-
-
-# --------------------------------------------------------------------------------------------
-# Server-sent events
-
-
-# Characters JSON leaves raw that some line readers take for line breaks: escaped in events.
-_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
-# One encoder for every event (json.dumps with options builds a new one per call).
-_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
-def dumps(obj: Any) -> str:
-    """Compact JSON for one event's data: one line for any reader."""
-    text = _ENCODER.encode(obj)
-    if "\x85" in text or "\u2028" in text or "\u2029" in text:  # rare: scanning is cheaper
-        return text.translate(_LINE_BREAKS)
-    return text
-
-
-def sse_data(obj: Any) -> bytes:
-    """One ``data:`` event (OpenAI chat style)."""
-    return f"data: {dumps(obj)}\n\n".encode()
-
-
-def sse_event(event: str, obj: Any) -> bytes:
-    """One named event (Responses and Anthropic style)."""
-    return f"event: {event}\ndata: {dumps(obj)}\n\n".encode()
-
-
-SSE_DONE = b"data: [DONE]\n\n"
-
-
-class LastChunk(bytes):
-    """The last bytes of an event stream: a renderer yields its final events as one of these,
-    and the server sends them with the end of the response (one write, not two)."""
-
-
-def pieces(text: str, size: int = PIECE_CHARS) -> list[str]:
-    """``text`` cut into pieces of ``size`` characters (none for empty text)."""
-    return [text[i : i + size] for i in range(0, len(text), size)]
 
 
 # --------------------------------------------------------------------------------------------

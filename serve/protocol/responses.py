@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 from forge.types import ChatRequest, Completion, Message, SamplingParams
 from serve.protocol.common import (
     NAMESPACE_SEP,
-    LastChunk,
     WireOptions,
     custom_input,
     expect_list,
@@ -33,12 +32,11 @@ from serve.protocol.common import (
     opt_int,
     opt_number,
     opt_str,
-    pieces,
     req_str,
     split_kind,
-    sse_event,
 )
 from serve.protocol.responses_items import parse_input, parse_tools
+from serve.protocol.sse import LastChunk, pieces, sse_event
 from serve.protocol.structured import responses_schema
 
 if TYPE_CHECKING:
@@ -216,7 +214,7 @@ def render_response(c: Completion, opts: WireOptions) -> dict[str, Any]:
 
 async def render_stream(live: LiveCompletion, opts: WireOptions) -> AsyncIterator[bytes]:
     """The answer as events: those that come together are written together (one ``bytes`` a
-    wait), the last ones as a :class:`~serve.protocol.common.LastChunk`."""
+    wait), the last ones as a :class:`~serve.protocol.sse.LastChunk`."""
     created_at = int(time.time())
     seq = 0
 
@@ -234,7 +232,8 @@ async def render_stream(live: LiveCompletion, opts: WireOptions) -> AsyncIterato
     where = {"item_id": message["id"], "output_index": 0}
     part = {"type": "output_text", "text": "", "annotations": []}
     opened = False
-    async for batch in live.batches():
+    while True:  # one batch a wait, the last with the completion
+        batch = await live.next_batch()
         out: list[bytes] = []
         for piece in batch:
             if not opened:
@@ -259,6 +258,7 @@ async def render_stream(live: LiveCompletion, opts: WireOptions) -> AsyncIterato
             out += _item_events(event, item, index, part)
         out.append(event("response.completed", response=_response(opts, created_at, items, c)))
         yield LastChunk(b"".join(out))
+        return
 
 
 def _item_events(
