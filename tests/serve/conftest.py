@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anthropic
 import httpx
 import openai
 import pytest
+import uvicorn
 from starlette.requests import Request
 
 from forge.types import ChatRequest, Completion, ToolCall
@@ -122,6 +127,26 @@ def anthropic_client(app: Any, prefix: str = "", key: str = API_KEY) -> anthropi
     )
 
 
+@contextlib.contextmanager
+def uvicorn_server(app: Any, http: Any = "auto") -> Iterator[str]:
+    """``app`` on a real uvicorn server on loopback (``http``: its protocol), from a thread;
+    yields its URL."""
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=0, http=http, log_level="warning", lifespan="off"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
+    thread.start()
+    while not server.started:
+        assert thread.is_alive(), "the server thread died on start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
 class Kit:
     """The helpers above, handed to tests as the ``kit`` fixture (tests import no conftest)."""
 
@@ -132,6 +157,7 @@ class Kit:
     http_client = staticmethod(http_client)
     openai_client = staticmethod(openai_client)
     anthropic_client = staticmethod(anthropic_client)
+    uvicorn_server = staticmethod(uvicorn_server)
 
 
 @pytest.fixture

@@ -75,6 +75,28 @@ def test_live_streams_deltas_then_the_rest_of_the_final_content():
     assert "".join(_drain(LiveCompletion.of(_completion("x" * 40)))) == "x" * 40
 
 
+def test_a_batch_is_everything_that_has_come_and_the_last_one_brings_the_completion():
+    async def go() -> list[tuple[list[str], bool]]:
+        live = LiveCompletion()
+        live.start([1, 2])
+        live.text("He")
+        live.text("llo")
+        batches = [(await live.next_batch(), live.completion is not None)]
+        waiting = asyncio.ensure_future(live.next_batch())  # nothing has come: it waits
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        live.text(",")
+        batches.append((await waiting, live.completion is not None))
+        live.text(" wo")
+        live.finish(_completion("Hello, world and the rest of it"))
+        batches.append((await live.next_batch(), live.completion is not None))
+        return batches
+
+    (first, done1), (second, done2), (last, done3) = asyncio.run(go())
+    assert (first, second) == (["He", "llo"], [","]) and not done1 and not done2
+    assert last[0] == " wo" and "".join(last) == " world and the rest of it" and done3
+
+
 def test_live_refuses_streamed_text_the_final_content_does_not_start_with():
     async def go() -> None:
         live = LiveCompletion()
