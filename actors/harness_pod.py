@@ -116,6 +116,8 @@ class HarnessPod:
         on a private Unix socket."""
         if self._servers:
             return self.address()
+        if self.policy is not None:  # its handle's router on this loop, before any call waits
+            self.backend.calls  # noqa: B018
         images = ImageOptions(max_bytes=self.proxy_config.max_image_bytes)
         limit = self.proxy_config.max_body_bytes
         routes = protocol_routes(ATTEMPT_PREFIX, self.backend, limit, images)

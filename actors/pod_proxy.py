@@ -15,7 +15,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from ray import serve
+import ray
 from ray.serve.handle import DeploymentHandle
 from starlette.requests import Request
 
@@ -79,11 +79,12 @@ class PolicyCalls:
 
 
 def _on_this_loop(policy: Any) -> Any:
-    """A new handle of ``policy``'s deployment with its router on the running event loop, or
-    ``policy`` itself when it is no Serve handle (a test's in-process one)."""
-    if not isinstance(policy, DeploymentHandle):
+    """In a Ray actor (a HarnessPod in a run), a new handle of ``policy``'s deployment whose
+    router runs on the running event loop, which lives as long as the actor's process; anywhere
+    else (a driver or a test, whose loops end) or for no Serve handle, ``policy`` itself."""
+    if not isinstance(policy, DeploymentHandle) or ray.get_runtime_context().get_actor_id() is None:
         return policy
-    handle = serve.get_deployment_handle(policy.deployment_name, policy.app_name)
+    handle = DeploymentHandle(policy.deployment_name, policy.app_name)
     handle._init(_run_router_in_separate_loop=False)  # Serve's own option, set before first use
     return handle
 
