@@ -17,11 +17,13 @@ socket file.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import select
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,14 +100,24 @@ def host_relays_work() -> bool:
         return _works
 
 
-def listen_in(pid: int, port: int) -> socket.socket:
-    """A listener on ``127.0.0.1:port`` in the network namespace of process ``pid``."""
+def listen_in(pid: int, port: int, alive: Callable[[], bool] = lambda: True) -> socket.socket:
+    """A listener on ``127.0.0.1:port`` in the network namespace of process ``pid``. bwrap's
+    child brings loopback up while bwrap reports it: a bind that comes first is tried again
+    (while ``alive()``, at most ``START_TIMEOUT_S``)."""
     ns = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:
 
         def bind() -> socket.socket:
             _libc_call("setns", ns, CLONE_NEWNET)
-            return listen_tcp("127.0.0.1", port)
+            end, pause = time.monotonic() + START_TIMEOUT_S, 0.0005
+            while True:
+                try:
+                    return listen_tcp("127.0.0.1", port)
+                except OSError as e:
+                    if e.errno != errno.EADDRNOTAVAIL or time.monotonic() > end or not alive():
+                        raise
+                time.sleep(pause)
+                pause = min(pause * 2, 0.01)
 
         return _in_thread(bind)  # type: ignore[return-value]
     finally:
@@ -139,7 +151,8 @@ class HostRelays:
         try:
             pid = self._child_pid()
             for port, connect in self.ports:
-                self.relays.append(Relay(listen_in(pid, port), connect))
+                listener = listen_in(pid, port, lambda: not _exited(proc.pid))
+                self.relays.append(Relay(listener, connect))
             os.write(self._block_w, b"x")
         except _BwrapEnded:
             return

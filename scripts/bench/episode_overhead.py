@@ -8,7 +8,9 @@ against one scripted-oracle Policy deployment:
   the sandbox destroyed;
 - *by hand*: the same adapter's config files written into a temp HOME and workspace, and the
   same command run as a plain subprocess against the same Policy served over HTTP
-  (``forge serve``'s app), with no sandbox, proxy or verifier;
+  (``forge serve``'s app), with no sandbox, proxy or verifier; and once more in a session of
+  its own, as a shell would run it and as a sandbox's command runs (the kernel's autogroups
+  share CPU out by session: under load from other sessions that alone costs time);
 - *baseline* (``--baseline DIR``): a HarnessPod imported from another checkout of the code
   (``git worktree add /tmp/base COMMIT``), in the same run, interleaved with the other two, so
   a change is measured side by side with the code before it.
@@ -60,10 +62,14 @@ from serve.server import BackgroundServer, make_app
 from tasks.loader import load_suite
 
 TASK = "hello_file"  # one tool call, then the answer: the harness's own cost dominates
+RUNS = ("forge", "hand", "own", "base", "local")  # what one round times
 
 
-def by_hand(harness: str, task, url: str) -> float:
-    """One episode of ``harness`` as a user would run it: a plain subprocess on this machine."""
+def by_hand(harness: str, task, url: str, session: bool = False) -> float:
+    """One episode of ``harness`` as a user would run it: a plain subprocess on this machine
+    (``session``: in a session of its own, as a shell runs it and as every sandbox's command
+    runs; with the kernel's autogroups, which share CPU out by session, that costs it time
+    when other sessions keep the machine busy)."""
     adapter = get_harness(harness)
     with tempfile.TemporaryDirectory(prefix="forge-hand-") as tmp:
         home, ws = Path(tmp, "home"), Path(tmp, "workspace")
@@ -92,7 +98,12 @@ def by_hand(harness: str, task, url: str) -> float:
         env = {"PATH": sandbox_path_var(), "HOME": str(home), "TZ": "UTC", "LANG": "C.UTF-8"}
         env.update(adapter.env(ctx))
         proc = subprocess.run(
-            adapter.command(ctx), cwd=ws, env=env, stdin=subprocess.DEVNULL, capture_output=True
+            adapter.command(ctx),
+            cwd=ws,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            start_new_session=session,
         )
         took = time.perf_counter() - t0
         if proc.returncode != 0:
@@ -194,6 +205,13 @@ def result_line(harness: str, runs: dict[str, list[float]]) -> str:
     return line
 
 
+def session_line(runs: dict[str, list[float]]) -> str:
+    """By hand in a session of its own, and OpenForge's ratio to that."""
+    own = statistics.median(runs["own"])
+    ratio = statistics.median(runs["forge"]) / own
+    return f"  by hand in a session of its own: {ms(runs['own']).strip()}, ratio {ratio:.2f}"
+
+
 def stage_line(runs: dict[str, list[float]], stages: dict[str, list[float]]) -> str:
     """Where an episode's time went: the in-process pod's stages (medians, ms), and Ray's
     share (the actor's median less the in-process pod's)."""
@@ -268,13 +286,14 @@ def main() -> None:
     print(head + (f"  {'baseline':>11s}  ratio" if base else "") + f"  (median of {args.reps})")
     with server as url:
         for h in harnesses:
-            runs: dict[str, list[float]] = {"forge": [], "hand": [], "base": [], "local": []}
+            runs: dict[str, list[float]] = {k: [] for k in RUNS}
             stages: dict[str, list[float]] = {}
             for rep in range(args.reps + 1):  # the first round warms up and is not counted
                 took, ep = timed(remote_episode, pod, task, h)
                 checked(f"{h} through OpenForge", ep)
                 runs["forge"].append(took)
                 runs["hand"].append(by_hand(h, task, url))
+                runs["own"].append(by_hand(h, task, url, session=True))
                 if base is not None:
                     took, ep = timed(remote_episode, base, task, h)
                     checked(f"{h} through the baseline", ep)
@@ -289,6 +308,7 @@ def main() -> None:
                     runs = {k: [] for k in runs}
                     stages = {}
             print(result_line(h, runs), flush=True)
+            print(session_line(runs), flush=True)
             print(stage_line(runs, stages), flush=True)
     local.stop()
     ray.get(pod.stop.remote())

@@ -4,6 +4,7 @@ a real proxy stand-in on a Unix socket; and the bridge's way where this process 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -73,3 +74,31 @@ def test_without_ports_nothing_is_relayed_and_the_bridge_binds_what_it_relays(
         "127.0.0.1:8931",
         "/run/forge/8931.sock",
     ]
+
+
+@needs_host_relays
+def test_execs_at_once_all_reach_their_proxy(tmp_path, proxy) -> None:
+    """bwrap brings the namespace's loopback up while it reports its child: a listener made
+    first must wait for it (seen as EADDRNOTAVAIL with several sandboxes starting at once)."""
+    failures: list[str] = []
+
+    def sandbox() -> None:
+        box = LocalSandbox(root=tmp_path / "boxes", disk_mb=None)
+        box.create(SandboxSpec(proxy_socket=proxy.address))
+        try:
+            for _ in range(3):
+                r = box.exec(["python3", "-c", FETCH], 60)
+                if r.exit_code != 0:
+                    failures.append(r.stderr[-500:])
+        except OSError as e:
+            failures.append(repr(e))
+        finally:
+            box.destroy()
+
+    threads = [threading.Thread(target=sandbox) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert len(proxy.requests) == 18
