@@ -25,12 +25,16 @@ quota. The target is a ratio under 1.15 (react's 0.1 s episode included).
 
     .venv/bin/python scripts/bench/episode_overhead.py [--harness react,pi,codex,...] [--reps 5]
         [--baseline /tmp/base]
+
+``PYTHONPATH=/tmp/base`` runs the whole bench on that checkout's code instead (its sandbox and
+exec lines, without stages), to alternate with this one's.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import os
 import statistics
 import subprocess
@@ -42,7 +46,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-import forge  # noqa: F401  (before ray: a loopback-only local cluster)
+import forge  # before ray: a loopback-only local cluster
 
 # isort: split
 import ray
@@ -56,10 +60,15 @@ from forge.harnesses.registry import get_harness
 from forge.sandboxes.base import SandboxSpec
 from forge.sandboxes.bwrap import HOME, require_bwrap, sandbox_path_var
 from forge.sandboxes.registry import sandbox_for
-from forge.stages import STAGES
 from serve.policy import deploy_policy
 from serve.server import BackgroundServer, make_app
 from tasks.loader import load_suite
+
+try:
+    from forge.stages import STAGES
+except ImportError:  # a checkout from before the stages were marked (PYTHONPATH=/tmp/base)
+    STAGES = ()
+STAGED = "stages" in inspect.signature(run_attempt).parameters  # and such a one has none
 
 TASK = "hello_file"  # one tool call, then the answer: the harness's own cost dominates
 RUNS = ("forge", "hand", "own", "base", "local")  # what one round times
@@ -165,10 +174,8 @@ class LocalPod:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     def episode(self, task: Any, harness: str, stages: dict[str, float]) -> Any:
-        eid = uuid.uuid4().hex
-        return self.call(
-            run_attempt(self.pod, task.model_dump(), harness, 0, eid, {}, stages=stages)
-        )
+        eid, extra = uuid.uuid4().hex, {"stages": stages} if STAGED else {}
+        return self.call(run_attempt(self.pod, task.model_dump(), harness, 0, eid, {}, **extra))
 
     def stop(self) -> None:
         self.call(self.pod.stop())
@@ -179,6 +186,11 @@ def timed(fn: Callable[..., Any], *args: Any) -> tuple[float, Any]:
     t0 = time.perf_counter()
     out = fn(*args)
     return time.perf_counter() - t0, out
+
+
+def code_root() -> str:
+    """The checkout this process imports the project from."""
+    return str(Path(forge.__file__).resolve().parent.parent)
 
 
 def remote_episode(pod: Any, task: Any, harness: str) -> Any:
@@ -218,6 +230,7 @@ def stage_line(runs: dict[str, list[float]], stages: dict[str, list[float]]) -> 
     shown = [f"{s} {statistics.median(stages[s]) * 1000:.1f}" for s in STAGES if s in stages]
     ray_ms = (statistics.median(runs["forge"]) - statistics.median(runs["local"])) * 1000
     local = ms(runs["local"]).strip()
+    shown = shown or ["none marked in this checkout"]
     return f"  stages, ms (in-process pod: {local}): {', '.join(shown)}; Ray's share {ray_ms:.1f}"
 
 
@@ -275,6 +288,8 @@ def main() -> None:
     if base is not None:
         ray.get(base.start.remote())
     local = LocalPod(policy)
+    workers = ray.get(ray.remote(num_cpus=0)(code_root).remote())
+    print(f"code: {code_root()} (Ray's workers: {workers})")
     server = BackgroundServer(make_app(policy, "tiny", None, task.reference_script()))
     configs = {"as the pod makes it": SandboxConfig(), "no quota": SandboxConfig(disk_mb=None)}
     for name, config in configs.items():
