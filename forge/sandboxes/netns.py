@@ -41,6 +41,7 @@ BRIDGE = "/opt/forge/bridge.py"  # the bridge program as the sandbox sees it
 _BRIDGE_HOST = str(Path(bridge.__file__).resolve())
 CLONE_NEWNET = 0x40000000
 START_TIMEOUT_S = 30.0  # how long bwrap may take to report its child
+END_WAIT_S = 2.0  # how long a bwrap whose child is gone may take to end
 _probe_lock = threading.Lock()
 _works: bool | None = None
 
@@ -84,6 +85,16 @@ def _exited(pid: int) -> bool:
         return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
     except ChildProcessError:
         return True
+
+
+def _ends(pid: int, within_s: float) -> bool:
+    """Whether child ``pid`` exits (left unreaped) within ``within_s``."""
+    end = time.monotonic() + within_s
+    while not _exited(pid):
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 def host_relays_work() -> bool:
@@ -156,8 +167,8 @@ class HostRelays:
             os.write(self._block_w, b"x")
         except _BwrapEnded:
             return
-        except OSError:
-            if not _exited(proc.pid):
+        except OSError:  # its child gone (a mount it could not make): bwrap ends and says why
+            if not _ends(proc.pid, END_WAIT_S):
                 raise
 
     def _child_pid(self) -> int:
