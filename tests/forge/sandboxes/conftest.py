@@ -102,3 +102,17 @@ def internet() -> Iterator[int]:
 def served(tmp_path: Path) -> Iterator[Any]:
     """An egress proxy on a loopback port and a Unix socket (standin.py)."""
     yield from standin.serve_egress(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def kube() -> Iterator[Any]:
+    """kmock, the emulated Kubernetes API server, for a module's tests; the backend's
+    per-process state (runs set up, heartbeats) goes with it."""
+    from forge.sandboxes import kubernetes as kube_backend
+
+    from .kube_controller import KMock
+
+    k = KMock()
+    yield k
+    kube_backend.shutdown()
+    k.close()

@@ -38,13 +38,6 @@ PODS = r"/api/v1/namespaces/[^/]+/pods"
 AGENT_PORT = 18937
 
 
-@pytest.fixture(scope="module")
-def kube() -> Iterator[KMock]:
-    k = KMock()
-    yield k
-    k.close()
-
-
 class Env:
     def __init__(self, kube: KMock, namespace: str) -> None:
         self.kube, self.ns = kube, namespace

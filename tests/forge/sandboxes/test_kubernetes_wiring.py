@@ -6,7 +6,6 @@ installed here)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -23,14 +22,6 @@ from forge.sandboxes.registry import check_isolation, reap_sandboxes, sandbox_fo
 from .kube_controller import KMock
 
 pytestmark = pytest.mark.k8s
-
-
-@pytest.fixture(scope="module")
-def kube() -> Iterator[KMock]:
-    k = KMock()
-    yield k
-    kube_backend.shutdown()
-    k.close()
 
 
 def config(url: str, **kube: object) -> SandboxConfig:

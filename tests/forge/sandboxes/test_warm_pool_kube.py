@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +32,6 @@ pytestmark = pytest.mark.k8s
 REPO = Path(__file__).resolve().parents[3]
 AGENT_PORT = 18938
 FILL_S = 120.0
-
-
-@pytest.fixture(scope="module")
-def kube() -> Iterator[KMock]:
-    k = KMock()
-    yield k
-    k.close()
 
 
 class Env:
