@@ -11,7 +11,8 @@ a :class:`~forge.types.Turn`, token for token (:mod:`actors.pod_proxy`); images 
 recorded by reference (``{"sha256", "mime"}`` where their data stood, and ``Turn.images``), and
 their bytes travel with the Episode (``Episode.images``) to be written once beside the episode
 records. The models API there (``GET .../v1/models`` and ``.../v1/models/{id}``) reports
-``context_length``, the Policy's context, which whoever creates the pod passes (None: unknown).
+``context_length``, the Policy's context: what whoever creates the pod passes, else what the
+Policy says at the first such call.
 
 It listens on a Unix socket that isolated sandboxes reach through their bridge (decision 8) and
 on TCP at ``proxy.host`` (127.0.0.1 unless configured; the kubernetes backend's pods need

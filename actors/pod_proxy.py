@@ -79,6 +79,7 @@ class PolicyCalls:
         direct = policy.options(**grpc)
         self.generate = direct.generate
         self.tokenize_prompt = direct.tokenize_prompt
+        self.describe = direct.describe
         self.generate_stream = policy.options(stream=True, **grpc).generate_stream
 
 
@@ -96,7 +97,7 @@ def _on_this_loop(policy: Any) -> Any:
 class RecordingProxy:
     """Serves and records the calls of a pod's open attempts (``attempts``, shared with the
     pod, which opens and closes them; ``ended``: the closed ones, for 410 answers).
-    ``context_length``: the Policy's context, for the models API (None: unknown)."""
+    ``context_length``: the Policy's context, for the models API (None: the Policy's own)."""
 
     def __init__(
         self,
@@ -113,6 +114,7 @@ class RecordingProxy:
         self.attempts = attempts
         self.ended = ended
         self.context_length = context_length
+        self._policy: dict[str, Any] | None = None  # the Policy's describe(), asked once
 
     @functools.cached_property
     def calls(self) -> PolicyCalls:
@@ -131,7 +133,17 @@ class RecordingProxy:
         return Call(state, request)
 
     async def models(self, ctx: Call) -> list[ModelCard]:
-        return [ModelCard(self.model, self.context_length)]
+        context = self.context_length
+        if context is None:
+            context = (await self.policy_info())["context_length"]
+        return [ModelCard(self.model, context)]
+
+    async def policy_info(self) -> dict[str, Any]:
+        """The Policy's :meth:`~serve.policy.Policy.describe`, asked at its first use (an
+        engine's context and streaming do not change in a run)."""
+        if self._policy is None:
+            self._policy = await self.calls.describe.remote()
+        return self._policy
 
     async def count_tokens(self, ctx: Call, chat: ChatRequest) -> int:
         self._check_model(chat)
@@ -172,7 +184,9 @@ class RecordingProxy:
         started, t0 = time.time(), time.perf_counter()
         try:
             with state.in_policy_call():
-                if live is None:
+                if live is None or not (await self.policy_info())["streams"]:
+                    # an engine that does not stream sends the whole answer at once: one unary
+                    # call (a streamed call's messages cost the pod more than its answer)
                     completion: Completion = await self.calls.generate.remote(chat)
                 else:
                     completion = await stream_from(self.calls.generate_stream.remote(chat), live)

@@ -297,6 +297,15 @@ class Policy:
     def get_version(self) -> int:
         return self.version
 
+    def describe(self) -> dict[str, Any]:
+        """What a caller plans with: ``context_length``, the longest prompt plus completion the
+        engine takes (None: it sets no limit), and ``streams``, whether ``generate_stream``
+        sends content as it is sampled (else it sends the prompt, then the whole answer)."""
+        return {
+            "context_length": getattr(self.engine, "max_context", None),
+            "streams": self.continuous and hasattr(self.engine, "stream"),
+        }
+
     def get_stats(self) -> dict[str, Any]:
         return {**self.stats, "version": self.version}
 

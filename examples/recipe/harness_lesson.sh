@@ -6,6 +6,10 @@
 #
 #   bash examples/recipe/harness_lesson.sh      # OUT=runs/lesson SFT_STEPS=400 RL_STEPS=20 K=4
 #
+# The mix's SFT data holds both harnesses' teacher episodes, so it takes MIX_SFT_STEPS (twice
+# SFT_STEPS by default: as many passes over each harness's episodes as a specialist's SFT).
+# ARMS picks the arms to run (and put in the matrix), e.g. ARMS="mix adaptive".
+#
 # Every stage is a plain forge command; rerun any by hand. Stages already done are kept
 # (delete their folder to redo one).
 set -euo pipefail
@@ -15,10 +19,19 @@ OUT=${OUT:-runs/lesson}
 TRAIN=${TRAIN:-claw-gen/train/read_word}
 TEST=${TEST:-claw-gen/test/read_word}
 SFT_STEPS=${SFT_STEPS:-400}
+MIX_SFT_STEPS=${MIX_SFT_STEPS:-$((2 * SFT_STEPS))}
+ARMS=${ARMS:-react pi mix adaptive}
 RL_STEPS=${RL_STEPS:-20}
 K=${K:-4}
 UNSEEN=${UNSEEN:-codex,nanobot}
 SEED=${SEED:-0}
+for name in $ARMS; do
+  case $name in react | pi | mix | adaptive) ;; *)
+    echo "ARMS: unknown arm '$name' (react, pi, mix, adaptive)" >&2
+    exit 2
+    ;;
+  esac
+done
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE=disabled
 mkdir -p "$OUT"
 say() { echo "[lesson $(date +%H:%M:%S)] $*"; }
@@ -40,10 +53,12 @@ cat "$OUT/teacher-react/episodes.jsonl" "$OUT/teacher-pi/episodes.jsonl" \
 arm() {  # arm NAME CONFIG TEACHER [overrides...]: SFT on TEACHER's episodes, then RL in CONFIG
   local name=$1 config=$2 data=$3
   shift 3
+  local steps=$SFT_STEPS
+  [ "$data" = mix ] && steps=$MIX_SFT_STEPS
   if [ ! -d "$OUT/sft-$data" ]; then
-    say "SFT on the $data episodes"
+    say "SFT on the $data episodes ($steps steps)"
     "$FORGE" sft "$OUT/teacher-$data" --model "$OUT/student" --seed "$SEED" \
-      --steps "$SFT_STEPS" --lr 1e-3 --out "$OUT/sft-$data"
+      --steps "$steps" --lr 1e-3 --out "$OUT/sft-$data"
   fi
   [ -d "$OUT/$name/checkpoints/step_$RL_STEPS" ] && return
   say "RL: $name"
@@ -52,14 +67,18 @@ arm() {  # arm NAME CONFIG TEACHER [overrides...]: SFT on TEACHER's episodes, th
     "steps=$RL_STEPS" "checkpoint_every=$RL_STEPS" "$@"
   say "RL $name took $((SECONDS - t0)) s"
 }
-arm react examples/claw.yaml react
-arm pi examples/recipe/pi.yaml pi
-arm mix examples/recipe/mix.yaml mix
-arm adaptive examples/recipe/mix.yaml mix harness_mix=adaptive
+for name in $ARMS; do
+  case $name in
+    react) arm react examples/claw.yaml react ;;
+    pi) arm pi examples/recipe/pi.yaml pi ;;
+    mix) arm mix examples/recipe/mix.yaml mix ;;
+    adaptive) arm adaptive examples/recipe/mix.yaml mix harness_mix=adaptive ;;
+  esac
+done
 
 say "the checkpoint x harness matrix"
 models=""
-for name in react pi mix adaptive; do
+for name in $ARMS; do
   models="$models${models:+,}$OUT/$name/checkpoints/step_$RL_STEPS"
 done
 "$FORGE" eval examples/recipe/mix.yaml "policy.engine.model=$OUT/student" --model "$models" \

@@ -104,9 +104,16 @@ def test_run_sampling_replaces_the_harness_and_is_recorded(pod) -> None:
 
 def test_full_context_is_a_policy_failure(pod) -> None:
     """A prompt past the model's context: 400 naming the field, counted as context_full, and the
-    attempt ends truncated (reward 0, trained on), not failed."""
+    attempt ends truncated (reward 0, trained on), not failed. The models API, asked first,
+    gave that context (the pod was made without it: the Policy says)."""
     ray, actor, url = pod
     info = ray.get(actor.open_attempt.remote("ep-full", 0))
+    models = httpx.get(
+        f"{url}{info['path']}/v1/models/tiny",
+        headers={"Authorization": f"Bearer {info['api_key']}"},
+        timeout=60,
+    )
+    assert models.json()["max_model_len"] == 8192, models.text
     r = httpx.post(
         f"{url}{info['path']}/v1/chat/completions",
         json=_body("x" * 9000, 16),
