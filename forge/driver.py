@@ -97,7 +97,9 @@ class Run:
         skipped: list[Problem] = []  # tasks that cannot play: said, recorded, left out
         self.tasks = load_tasks(config.tasks, config.task_ids, skipped)
         refuse_for_training(self.tasks)  # tests that run the agent's code: eval only
-        self.eval_tasks = load_tasks(config.eval_tasks or config.tasks, [], skipped)
+        # the evaluation's own suite whole; else the training tasks (task_ids apply)
+        eval_ids = [] if config.eval_tasks else config.task_ids
+        self.eval_tasks = load_tasks(config.eval_tasks or config.tasks, eval_ids, skipped)
         say = lambda m: print(f"[forge] {m}", flush=True)  # noqa: E731
         self.tasks, self.eval_tasks = playable(
             [self.tasks, self.eval_tasks], config, skipped, self.dir, say, config.eval_harness_list
@@ -143,22 +145,8 @@ class Run:
             .options(name=store_name, num_cpus=0, scheduling_strategy=here)
             .remote()
         )
-        policy_config = config.policy.model_copy(update={"weight_store": store_name})
-        t0 = time.perf_counter()
-        quiet_libraries()  # Serve's loggers, set up when it was imported
-        self.policy = deploy_policy(
-            policy_config, app_name="forge-policy", placement=config.placement.policy
-        )
-        print(
-            f"[forge] Policy ready: {config.policy.replicas} replica(s) of "
-            f"{config.policy.engine.name}:{config.policy.engine.model} "
-            f"({time.perf_counter() - t0:.1f}s)",
-            flush=True,
-        )
-        self.judge = ServedJudge.start(config)  # the run's own judge, if it serves one
-        self.sync = make_weight_sync(
-            config.weight_sync, store, config.policy, config.trainer.device
-        )
+        # The buffer and the trainer start (a process each, the trainer loading its model) while
+        # the Policy deploys: neither needs it.
         self.buffer = (
             ray.remote(ReplayBuffer)
             .options(**placed["replay_buffer"])
@@ -178,6 +166,22 @@ class Run:
                 model=config.policy.engine.model,
                 seed=config.policy.engine.seed,
             )
+        )
+        policy_config = config.policy.model_copy(update={"weight_store": store_name})
+        t0 = time.perf_counter()
+        quiet_libraries()  # Serve's loggers, set up when it was imported
+        self.policy = deploy_policy(
+            policy_config, app_name="forge-policy", placement=config.placement.policy
+        )
+        print(
+            f"[forge] Policy ready: {config.policy.replicas} replica(s) of "
+            f"{config.policy.engine.name}:{config.policy.engine.model} "
+            f"({time.perf_counter() - t0:.1f}s)",
+            flush=True,
+        )
+        self.judge = ServedJudge.start(config)  # the run's own judge, if it serves one
+        self.sync = make_weight_sync(
+            config.weight_sync, store, config.policy, config.trainer.device
         )
         self.step, self.version, self.requested, self.lost = 0, 0, 0, 0
         self.saved_step = -1

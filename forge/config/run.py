@@ -114,7 +114,7 @@ class RunConfig(_Strict):
         0, ge=0, description="Evaluate every k steps, and once before the first (0: never)."
     )
     eval_tasks: str | None = Field(
-        None, description="Suite to evaluate on (default: the training suite)."
+        None, description="Suite to evaluate on (default: the training tasks, task_ids and all)."
     )
     eval_temperature: float = Field(0.0, ge=0, description="Sampling temperature in evaluation.")
     eval_k: int = Field(

@@ -117,6 +117,7 @@ def test_forge_run_trains_checkpoints_and_resumes(tmp_path: Path) -> None:
         "rollout.groups_per_step=1",
         "rollout.min_pods=1",
         "rollout.max_pods=2",
+        "rollout.attempt_timeout_s=400",  # the smoke tasks' limits and verifiers need 330 s
     ]
     first = [
         *FORGE,
