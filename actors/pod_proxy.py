@@ -20,6 +20,7 @@ from ray.serve.handle import DeploymentHandle
 from starlette.requests import Request
 
 from actors.attempt_state import AttemptState
+from actors.call_batch import GenerateBatcher
 from forge.config import ProxyConfig
 from forge.types import ChatRequest, Completion, Turn
 from serve.engines.base import ContextLengthError, ImageInputError
@@ -77,7 +78,7 @@ class PolicyCalls:
         # Ray makes on the fly).
         grpc = {"_by_reference": False, "request_serialization": "pickle"}
         direct = policy.options(**grpc)
-        self.generate = direct.generate
+        self.batch = GenerateBatcher(direct.generate, direct.generate_many)
         self.tokenize_prompt = direct.tokenize_prompt
         self.describe = direct.describe
         self.generate_stream = policy.options(stream=True, **grpc).generate_stream
@@ -187,7 +188,7 @@ class RecordingProxy:
                 if live is None or not (await self.policy_info())["streams"]:
                     # an engine that does not stream sends the whole answer at once: one unary
                     # call (a streamed call's messages cost the pod more than its answer)
-                    completion: Completion = await self.calls.generate.remote(chat)
+                    completion: Completion = await self.calls.batch.generate(chat)
                 else:
                     completion = await stream_from(self.calls.generate_stream.remote(chat), live)
         except ContextLengthError as e:  # the policy's own context is full: scored, not retried

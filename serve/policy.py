@@ -159,6 +159,12 @@ class Policy:
             return event[1]
         return self._complete(chat, request, *await self._run(request))
 
+    async def generate_many(self, chats: list[ChatRequest]) -> list[Completion | Exception]:
+        """:meth:`generate` for each, at once: one Serve call for several (a HarnessPod's
+        calls of one turn of its loop, :mod:`actors.call_batch`); each request's error in its
+        place."""
+        return await asyncio.gather(*(self.generate(c) for c in chats), return_exceptions=True)
+
     async def _run(self, request: EngineRequest) -> tuple[EngineOutput, int]:
         if not self.continuous:
             return await self._batcher.submit(request)

@@ -135,7 +135,8 @@ class WarmPoolConfig(Strict):
         description="Ready sandboxes kept per process and kind (backend, image, read-only "
         "mounts, proxy and egress sockets, limits, phase network), refilled in the background; "
         "each serves one attempt only and is destroyed after it. 0: off, every attempt creates "
-        "its own. docker and kubernetes only (local sandboxes cost ~2 ms to make).",
+        "its own. docker and kubernetes only (a local sandbox takes ~1 ms to make, ~10 ms with "
+        "its disk quota as root).",
     )
     max_age_s: float = Field(
         1800.0,
