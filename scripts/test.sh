@@ -6,13 +6,8 @@
 # -m "full or vllm" (then the set-up makes the vLLM environment too). Everything else runs here.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-skip_vllm=1
-case " $* " in *full* | *vllm*) skip_vllm=0 ;; esac
 gpu=0
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then gpu=1 skip_vllm=0; fi
-# tests make their own small student
-FORGE_SKIP_STUDENT=1 FORGE_SKIP_VLLM=${FORGE_SKIP_VLLM:-$skip_vllm} bash scripts/setup.sh || exit 1
-export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE=disabled
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then gpu=1; fi
 markers="not gpu and not full and not vllm"
 if [ "$gpu" = 1 ]; then markers="not full"; fi
 # A -m of the caller's narrows the default tiers ("not slow": the fast tests of the default
@@ -30,6 +25,11 @@ while [ $# -gt 0 ]; do
     *) markers="($expr) and $markers" ;;
   esac
 done
+skip_vllm=1  # the vLLM environment is made only for the tiers that use it
+case "$markers" in *"not vllm"*) ;; *) skip_vllm=0 ;; esac
+# tests make their own small student
+FORGE_SKIP_STUDENT=1 FORGE_SKIP_VLLM=${FORGE_SKIP_VLLM:-$skip_vllm} bash scripts/setup.sh || exit 1
+export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE=disabled
 .venv/bin/ruff check . || exit 1
 .venv/bin/python -m pytest --durations=25 -m "$markers" ${args[@]+"${args[@]}"}
 rc=$?
