@@ -21,6 +21,7 @@ from serve.http_app import build_app, protocol_routes, request_api_key
 from serve.live import LiveCompletion, stream_policy
 from serve.protocol.common import ProtocolError, WireOptions
 from serve.protocol.images import ImageOptions
+from serve.protocol.models import ModelCard
 
 
 class PolicyFrontend:
@@ -37,6 +38,7 @@ class PolicyFrontend:
         self.model = model
         self.api_key = api_key
         self.script = script  # for the scripted engine: the solution every request plays
+        self._context: dict[str, Any] | None = None  # the Policy's describe()
 
     async def authorize(self, request: Request) -> None:
         if self.api_key is None:
@@ -45,8 +47,10 @@ class PolicyFrontend:
         if key is None or not secrets.compare_digest(key, self.api_key):
             raise ProtocolError(401, "invalid API key")
 
-    async def models(self, ctx: Any) -> list[str]:
-        return [self.model]
+    async def models(self, ctx: Any) -> list[ModelCard]:
+        if self._context is None:  # asked once: an engine's context does not change
+            self._context = await self.policy.describe.remote()
+        return [ModelCard(self.model, self._context["context_length"])]
 
     async def count_tokens(self, ctx: Any, chat: ChatRequest) -> int:
         self._check_model(chat)

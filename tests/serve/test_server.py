@@ -151,3 +151,5 @@ def test_bad_key_and_unknown_model(server):
         good.chat.completions.create(model="gpt-9", messages=[{"role": "user", "content": "x"}])
     r = httpx.get(server + "/v1/models", headers={"Authorization": "Bearer sk-test"})
     assert [m["id"] for m in r.json()["data"]] == ["tiny"]
+    # the Policy's context, as the pods give it (the scripted engine sets none: null)
+    assert [m["max_model_len"] for m in r.json()["data"]] == [None]
