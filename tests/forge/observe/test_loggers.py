@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import struct
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,10 @@ def test_metrics_tensorboard_and_offline_wandb(tmp_path: Path, monkeypatch) -> N
     assert len(runs) == 1, runs
     (record,) = runs[0].glob("*.wandb")  # history records: protobuf, keys and JSON values
     data = record.read_bytes()
+    deadline = time.monotonic() + 30  # W&B's service process may still be writing them
+    while b"truncated/turn_limit" not in data and time.monotonic() < deadline:
+        time.sleep(0.2)
+        data = record.read_bytes()
     assert b"reward_mean" in data and b"0.75" in data and b"truncated/turn_limit" in data
 
 
