@@ -38,7 +38,7 @@ class PolicyFrontend:
         self.model = model
         self.api_key = api_key
         self.script = script  # for the scripted engine: the solution every request plays
-        self._context: dict[str, Any] | None = None  # the Policy's describe()
+        self._described: dict[str, Any] | None = None  # the Policy's describe(), asked once
 
     async def authorize(self, request: Request) -> None:
         if self.api_key is None:
@@ -48,9 +48,9 @@ class PolicyFrontend:
             raise ProtocolError(401, "invalid API key")
 
     async def models(self, ctx: Any) -> list[ModelCard]:
-        if self._context is None:  # asked once: an engine's context does not change
-            self._context = await self.policy.describe.remote()
-        return [ModelCard(self.model, self._context["context_length"])]
+        if self._described is None:  # an engine's context does not change in a run
+            self._described = await self.policy.describe.remote()
+        return [ModelCard(self.model, self._described["context_length"])]
 
     async def count_tokens(self, ctx: Any, chat: ChatRequest) -> int:
         self._check_model(chat)
