@@ -42,7 +42,7 @@ from actors.pod_proxy import RecordingProxy
 from actors.service_routes import service_routes
 from forge.config import ProxyConfig, SandboxConfig
 from forge.episode import run_attempt
-from forge.sandboxes import warm_pool
+from forge.sandboxes import disk_pool, warm_pool
 from forge.sandboxes.egress import EGRESS_PORT, EgressProxy
 from forge.types import Episode, ImagePart, Turn
 from serve.coalesce import CoalescingHTTP
@@ -163,10 +163,12 @@ class HarnessPod:
 
     async def stop(self) -> None:
         """Destroy live sandboxes (killing their processes) and those made ahead for this pod's
-        attempts (``sandbox.warm_pool``), then stop serving."""
+        attempts (``sandbox.warm_pool``; local disks made ahead, finishing their releases),
+        then stop serving."""
         for sandbox in list(self.sandboxes):
             await asyncio.to_thread(sandbox.destroy)
         await asyncio.to_thread(warm_pool.shutdown, {"run": self.run, "pod": self.pod_id})
+        await asyncio.to_thread(disk_pool.drain)
         for server, task in self._servers:
             server.should_exit = True
             await task

@@ -21,7 +21,8 @@ files (with a warning).
 
 With ``disk_mb`` (``sandbox.disk_mb``) the workspace, home and /tmp live on a file system of
 that size loop-mounted at ``<dir>/disk`` (:mod:`forge.sandboxes.quota`; root only, else a
-warning and no quota): a command that fills it gets ENOSPC, the host's disk is untouched.
+warning and no quota): a command that fills it gets ENOSPC, the host's disk is untouched. Such
+disks are made ahead and released behind the attempt (:mod:`forge.sandboxes.disk_pool`).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from functools import partial
 from pathlib import Path
 from typing import Literal
 
-from forge.sandboxes import archive, bridge, quota
+from forge.sandboxes import archive, bridge, disk_pool, quota
 from forge.sandboxes.base import ExecResult, SandboxSpec, read_regular, resolve_in
 from forge.sandboxes.bwrap import (
     HOME,
@@ -60,7 +61,6 @@ from forge.sandboxes.orphans import (
     dir_name,
     pid_start,
     reap_orphans,
-    rmtree,
 )
 from forge.sandboxes.process import DEFAULT_OUTPUT_CAP, kill_group, run_in_group
 from forge.sandboxes.tmproot import private_root
@@ -107,9 +107,8 @@ def _cleanup(state: _State) -> None:
         kill_group(p.pid, signal.SIGKILL)
     for r in relays:
         r.close()
-    for d in state.dirs:
-        quota.release(d)  # the disk quota's file system first: rmtree cannot remove a mount
-        rmtree(d)
+    for d in state.dirs:  # a disk quota's file system released behind, once renamed away
+        disk_pool.discard(d)
 
 
 class LocalSandbox:
@@ -201,7 +200,10 @@ class LocalSandbox:
             if not os.path.exists(host):
                 raise FileNotFoundError(f"read-only mount source does not exist: {host}")
         private_root(self.root)  # never a folder another user made or can write into
-        d = Path(tempfile.mkdtemp(prefix=dir_name(spec.labels) + "-", dir=self.root))
+        spare = None  # a folder whose disk is mounted already
+        if self.disk_mb is not None:
+            spare = disk_pool.take(self.root, dir_name(spec.labels), self.disk_mb)
+        d = spare or Path(tempfile.mkdtemp(prefix=dir_name(spec.labels) + "-", dir=self.root))
         self._state.dirs.append(d)
         self.dir, self.spec = d, spec
         self.deadline = time.time() + spec.deadline_s
@@ -218,7 +220,9 @@ class LocalSandbox:
         tmp = d / (LABELS_FILE + ".tmp")
         tmp.write_text(json.dumps(record, indent=1))
         tmp.replace(d / LABELS_FILE)
-        if self.disk_mb is not None:  # workspace, home and /tmp on a file system of that size
+        if spare is not None:  # workspace, home and /tmp on a file system of that size
+            self._data = spare / quota.DISK
+        elif self.disk_mb is not None:
             self._data = quota.mount_disk(d, self.disk_mb)
         keep_tmp = self._data is not None or not self.isolated
         for sub in ("workspace", "home", "tmp") if keep_tmp else ("workspace", "home"):

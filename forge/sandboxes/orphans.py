@@ -7,6 +7,10 @@ An orphan's processes go before its directory: every process working in it or st
 path in it (the outer ``bwrap`` names the directory in its argv; an unisolated harness and its
 tools work in its workspace) is killed with its process group. Under bwrap the sandbox's own
 processes die with their parent anyway; without isolation nothing else would stop them.
+
+A process's spare disks (labels role ``spare``, :mod:`forge.sandboxes.disk_pool`) belong to no
+run: they are reaped whichever run is named, once their process is dead. A destroyed sandbox's
+folder being released (named ``.trash-...``) is left to its living process.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from forge.sandboxes import quota
 log = logging.getLogger(__name__)
 
 LABELS_FILE = ".forge-labels.json"
+SPARE_ROLE = "spare"  # a disk made ahead, not yet any sandbox's
+TRASH = ".trash-"  # a destroyed sandbox's folder, released by its process
 
 
 def default_root() -> Path:
@@ -214,12 +220,12 @@ def reap_orphans(root: str | Path | None = None, run: str | None = None) -> int:
         try:
             record = json.loads((d / LABELS_FILE).read_text())
             labels = record.get("labels") or {}
-            if run is not None and labels.get("run") != run:
+            if run is not None and labels.get("run") != run and labels.get("role") != SPARE_ROLE:
                 continue
-            expired = now > float(record.get("deadline", 0))
             dead = record.get("host") == here and not _pid_alive(
                 int(record.get("pid", 0)), record.get("pid_start")
             )
+            expired = now > float(record.get("deadline", 0)) and not d.name.startswith(TRASH)
         except (OSError, ValueError, TypeError, AttributeError):
             continue  # not a sandbox, or one still being created
         if expired or dead:
