@@ -6,8 +6,11 @@
 #
 #   bash examples/recipe/harness_lesson.sh      # OUT=runs/lesson SFT_STEPS=400 RL_STEPS=20 K=4
 #
-# The mix's SFT data holds both harnesses' teacher episodes, so it takes MIX_SFT_STEPS (twice
-# SFT_STEPS by default: as many passes over each harness's episodes as a specialist's SFT).
+# The mix's SFT data holds both harnesses' teacher episodes, MIX_REACT copies of react's and
+# one of pi's (2 by default: react's episodes are short and its tool call the harder to learn
+# alongside pi's; one copy each left the mix at 0.34 through react), and takes MIX_SFT_STEPS
+# (SFT_STEPS per copy by default: as many passes over pi's episodes as the pi specialist's SFT,
+# MIX_REACT times as many over react's).
 # ARMS picks the arms to run (and put in the matrix), e.g. ARMS="mix adaptive".
 #
 # Every stage is a plain forge command; rerun any by hand. Stages already done are kept
@@ -19,7 +22,8 @@ OUT=${OUT:-runs/lesson}
 TRAIN=${TRAIN:-claw-gen/train/read_word}
 TEST=${TEST:-claw-gen/test/read_word}
 SFT_STEPS=${SFT_STEPS:-400}
-MIX_SFT_STEPS=${MIX_SFT_STEPS:-$((2 * SFT_STEPS))}
+MIX_REACT=${MIX_REACT:-2}
+MIX_SFT_STEPS=${MIX_SFT_STEPS:-$(((MIX_REACT + 1) * SFT_STEPS))}
 ARMS=${ARMS:-react pi mix adaptive}
 RL_STEPS=${RL_STEPS:-20}
 K=${K:-4}
@@ -47,8 +51,8 @@ teacher() {  # teacher NAME CONFIG: the oracle's episodes of the training split 
 teacher react examples/claw.yaml
 teacher pi examples/recipe/pi.yaml
 mkdir -p "$OUT/teacher-mix"  # the mix's SFT data: both harnesses' episodes
-cat "$OUT/teacher-react/episodes.jsonl" "$OUT/teacher-pi/episodes.jsonl" \
-  >"$OUT/teacher-mix/episodes.jsonl"
+for _ in $(seq "$MIX_REACT"); do cat "$OUT/teacher-react/episodes.jsonl"; done |
+  cat - "$OUT/teacher-pi/episodes.jsonl" >"$OUT/teacher-mix/episodes.jsonl"
 
 arm() {  # arm NAME CONFIG TEACHER [overrides...]: SFT on TEACHER's episodes, then RL in CONFIG
   local name=$1 config=$2 data=$3
