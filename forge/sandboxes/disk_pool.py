@@ -4,8 +4,9 @@ A local sandbox with ``disk_mb`` lives on its own ext4 file system (:mod:`forge.
 ~10 ms to mount and as long to release as root: on a 0.1 s episode, a tenth of it. Here
 
 - :func:`take` hands a sandbox a folder whose disk is already mounted, one of a few *spares*
-  a background thread keeps ready (for the last root and size asked for), renamed to the sandbox's own name (a
-  rename keeps the mount inside it). None when none is ready: the caller mounts its own.
+  a background thread keeps ready for the last root and size asked for (one after the first
+  sandbox, more as more are made), renamed to the sandbox's own name (a rename keeps the
+  mount inside it). None when none is ready: the caller mounts its own.
 - :func:`discard` renames a destroyed sandbox's folder out of the way at once (its path is
   gone when ``destroy`` returns) and unmounts and removes it on the same thread. The
   sandbox's processes are killed before, by the caller: nothing of the attempt runs on.
@@ -36,11 +37,12 @@ from forge.sandboxes.orphans import LABELS_FILE, SPARE_ROLE, TRASH, pid_start, r
 
 log = logging.getLogger(__name__)
 
-SPARES = 4  # disks kept ready
+SPARES = 4  # disks kept ready, at most
 _lock = threading.Lock()
 _spares: dict[tuple[Path, int], list[Path]] = {}
 _jobs: queue.Queue[tuple[str, Path, int]] = queue.Queue()  # ("make", root, size) | ("drop", d, 0)
 _making: dict[tuple[Path, int], int] = {}  # spares being made
+_asked: dict[tuple[Path, int], int] = {}  # sandboxes that asked for one
 _worker: threading.Thread | None = None
 _closed = False
 
@@ -53,9 +55,13 @@ def take(root: Path, name: str, size_mb: int) -> Path | None:
         if _closed:
             return None
         stale = [d for k in list(_spares) if k != key for d in _spares.pop(k)]
+        for k in [k for k in _asked if k != key]:
+            del _asked[k]
+        _asked[key] = asked = _asked.get(key, 0) + 1
         ready = _spares.setdefault(key, [])
         spare = ready.pop() if ready else None
-        wanted = SPARES - len(ready) - _making.get(key, 0)
+        # one spare after the first sandbox, up to SPARES as more are made
+        wanted = min(SPARES, asked) - len(ready) - _making.get(key, 0)
     for d in stale:  # spares are kept for the last root and size asked for only
         _submit(("drop", d, 0))
     for _ in range(max(0, wanted)):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -157,4 +158,7 @@ def test_a_disk_holds_its_size_and_leaves_no_loop_device(tmp_path: Path, way, mo
     for folder in folders:
         assert quota.release(folder)
         assert not os.path.ismount(folder / quota.DISK)
+        deadline = time.monotonic() + 10  # the kernel clears a loop device after its unmount
+        while _loop_devices_of(folder / quota.IMAGE) and time.monotonic() < deadline:
+            time.sleep(0.05)  # (asynchronously: under load, seen to take a while)
         assert _loop_devices_of(folder / quota.IMAGE) == []
