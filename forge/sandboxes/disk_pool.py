@@ -68,13 +68,15 @@ def take(root: Path, name: str, size_mb: int) -> Path | None:
         _submit(("make", root, size_mb))
     if spare is None:
         return None
-    for _ in range(8):
-        d = root / f"{name}-{secrets.token_hex(4)}"
-        if not os.path.lexists(d):
-            os.rename(spare, d)
-            return d
-    _submit(("drop", spare, 0))
-    return None
+    d = root / f"{name}-{secrets.token_hex(4)}"
+    try:
+        if os.path.lexists(d):
+            raise FileExistsError(d)
+        os.rename(spare, d)
+    except OSError:  # not to be had: released, and the caller mounts its own
+        _submit(("drop", spare, 0))
+        return None
+    return d
 
 
 def discard(d: Path) -> None:
