@@ -4,7 +4,7 @@
 # each final checkpoint evaluated on the held-out split through react, pi and harnesses it never
 # trained in (UNSEEN), k=K, as one checkpoint x harness matrix (OUT/matrix/matrix.md).
 #
-#   bash examples/recipe/harness_lesson.sh      # OUT=runs/lesson SFT_STEPS=400 RL_STEPS=20 K=4
+#   bash examples/recipe/harness_lesson.sh      # OUT=runs/lesson SFT_STEPS=400 RL_STEPS=10 K=4
 #
 # The mix's SFT data holds both harnesses' teacher episodes, MIX_REACT copies of react's and
 # one of pi's (2 by default: react's episodes are short and its tool call the harder to learn
@@ -25,7 +25,7 @@ SFT_STEPS=${SFT_STEPS:-400}
 MIX_REACT=${MIX_REACT:-2}
 MIX_SFT_STEPS=${MIX_SFT_STEPS:-$(((MIX_REACT + 1) * SFT_STEPS))}
 ARMS=${ARMS:-react pi mix adaptive}
-RL_STEPS=${RL_STEPS:-20}
+RL_STEPS=${RL_STEPS:-10}
 K=${K:-4}
 UNSEEN=${UNSEEN:-codex,nanobot}
 SEED=${SEED:-0}
