@@ -200,9 +200,8 @@ class LocalSandbox:
             if not os.path.exists(host):
                 raise FileNotFoundError(f"read-only mount source does not exist: {host}")
         private_root(self.root)  # never a folder another user made or can write into
-        spare = None  # a folder whose disk is mounted already
-        if self.disk_mb is not None:
-            spare = disk_pool.take(self.root, dir_name(spec.labels), self.disk_mb)
+        size = self.disk_mb  # with a quota: a folder whose disk is mounted already, when ready
+        spare = disk_pool.take(self.root, dir_name(spec.labels), size) if size else None
         d = spare or Path(tempfile.mkdtemp(prefix=dir_name(spec.labels) + "-", dir=self.root))
         self._state.dirs.append(d)
         self.dir, self.spec = d, spec
@@ -220,10 +219,8 @@ class LocalSandbox:
         tmp = d / (LABELS_FILE + ".tmp")
         tmp.write_text(json.dumps(record, indent=1))
         tmp.replace(d / LABELS_FILE)
-        if spare is not None:  # workspace, home and /tmp on a file system of that size
-            self._data = spare / quota.DISK
-        elif self.disk_mb is not None:
-            self._data = quota.mount_disk(d, self.disk_mb)
+        if size is not None:  # workspace, home and /tmp on a file system of that size
+            self._data = d / quota.DISK if spare else quota.mount_disk(d, size)
         keep_tmp = self._data is not None or not self.isolated
         for sub in ("workspace", "home", "tmp") if keep_tmp else ("workspace", "home"):
             (self._data_dir() / sub).mkdir()
