@@ -143,20 +143,23 @@ def test_a_disk_holds_its_size_and_leaves_no_loop_device(tmp_path: Path, way, mo
 
         monkeypatch.setattr(quota, "_mount_loop", refused)
     folders = [tmp_path / "a", tmp_path / "b"]
+    try:
+        for folder in folders:
+            folder.mkdir()
+            mnt = quota.mount_disk(folder, 24)
+            assert os.path.ismount(mnt) and _loop_devices_of(folder / quota.IMAGE)
+            options = next(line.split()[3] for line in Path("/proc/mounts").read_text().splitlines()
+                           if line.split()[1] == str(mnt))  # fmt: skip
+            assert {"nosuid", "nodev", "noatime"} <= set(options.split(","))
+            (mnt / "mine").write_text(folder.name)  # each its own file system
+            st = os.statvfs(mnt)
+            assert 16 << 20 <= st.f_blocks * st.f_frsize <= 24 << 20
+            assert os.stat(mnt).st_uid == os.geteuid()  # owned by this user
+        assert [(f / quota.DISK / "mine").read_text() for f in folders] == ["a", "b"]
+    finally:  # released whatever failed (a mount left behind outlives the test)
+        released = [quota.release(folder) for folder in folders]
+    assert released == [True, True]
     for folder in folders:
-        folder.mkdir()
-        mnt = quota.mount_disk(folder, 24)
-        assert os.path.ismount(mnt) and _loop_devices_of(folder / quota.IMAGE)
-        options = next(line.split()[3] for line in Path("/proc/mounts").read_text().splitlines()
-                       if line.split()[1] == str(mnt))  # fmt: skip
-        assert {"nosuid", "nodev", "noatime"} <= set(options.split(","))
-        (mnt / "mine").write_text(folder.name)  # each its own file system
-        st = os.statvfs(mnt)
-        assert 16 << 20 <= st.f_blocks * st.f_frsize <= 24 << 20
-        assert os.stat(mnt).st_uid == os.geteuid()  # owned by this user
-    assert [(f / quota.DISK / "mine").read_text() for f in folders] == ["a", "b"]
-    for folder in folders:
-        assert quota.release(folder)
         assert not os.path.ismount(folder / quota.DISK)
         deadline = time.monotonic() + 10  # the kernel clears a loop device after its unmount
         while _loop_devices_of(folder / quota.IMAGE) and time.monotonic() < deadline:
