@@ -39,10 +39,11 @@ log = logging.getLogger(__name__)
 
 SPARES = 4  # disks kept ready, at most
 _lock = threading.Lock()
-_spares: dict[tuple[Path, int], list[Path]] = {}
+_key: tuple[Path, int] | None = None  # the root and size spares are kept for: the last asked
+_ready: list[Path] = []  # its spares
+_asked = 0  # sandboxes that asked for one of them
+_making = 0  # spares of it being made
 _jobs: queue.Queue[tuple[str, Path, int]] = queue.Queue()  # ("make", root, size) | ("drop", d, 0)
-_making: dict[tuple[Path, int], int] = {}  # spares being made
-_asked: dict[tuple[Path, int], int] = {}  # sandboxes that asked for one
 _worker: threading.Thread | None = None
 _closed = False
 
@@ -50,21 +51,21 @@ _closed = False
 def take(root: Path, name: str, size_mb: int) -> Path | None:
     """A new folder ``root/name-XXXXXXXX`` with a fresh ``size_mb`` MiB disk mounted at its
     ``disk``, or None when none is ready (a spare is made for the next call either way)."""
-    key = (root, size_mb)
+    global _key, _ready, _asked, _making
     with _lock:
         if _closed:
             return None
-        stale = [d for k in list(_spares) if k != key for d in _spares.pop(k)]
-        for k in [k for k in _asked if k != key]:
-            del _asked[k]
-        _asked[key] = asked = _asked.get(key, 0) + 1
-        ready = _spares.setdefault(key, [])
-        spare = ready.pop() if ready else None
+        stale: list[Path] = []
+        if _key != (root, size_mb):  # spares are kept for the last root and size asked for
+            stale, _ready, _key, _asked, _making = _ready, [], (root, size_mb), 0, 0
+        _asked += 1
+        spare = _ready.pop() if _ready else None
         # one spare after the first sandbox, up to SPARES as more are made
-        wanted = min(SPARES, asked) - len(ready) - _making.get(key, 0)
-    for d in stale:  # spares are kept for the last root and size asked for only
+        wanted = max(0, min(SPARES, _asked) - len(_ready) - _making)
+        _making += wanted
+    for d in stale:
         _submit(("drop", d, 0))
-    for _ in range(max(0, wanted)):
+    for _ in range(wanted):
         _submit(("make", root, size_mb))
     if spare is None:
         return None
@@ -83,25 +84,25 @@ def discard(d: Path) -> None:
     """Remove sandbox folder ``d`` (its processes already killed): a mounted disk in it is
     released on the background thread after ``d`` is renamed away; without one, at once."""
     if _closed or not os.path.ismount(d / quota.DISK):
-        quota.release(d)
-        rmtree(d)
+        _remove(d)
         return
     gone = d.with_name(f"{TRASH}{d.name}")
     try:
         os.rename(d, gone)
     except OSError:  # left where it is: released here and now
-        quota.release(d)
-        rmtree(d)
+        _remove(d)
         return
     _submit(("drop", gone, 0))
+
+
+def _remove(d: Path) -> None:
+    quota.release(d)  # the file system first: rmtree cannot remove a mount
+    rmtree(d)
 
 
 def _submit(job: tuple[str, Path, int]) -> None:
     global _worker
     with _lock:
-        if job[0] == "make":
-            key = (job[1], job[2])
-            _making[key] = _making.get(key, 0) + 1
         if _worker is None or not _worker.is_alive():
             _worker = threading.Thread(target=_work, name="forge-disk-pool", daemon=True)
             _worker.start()
@@ -113,8 +114,7 @@ def _work() -> None:
         kind, path, size_mb = _jobs.get()
         try:
             if kind == "drop":
-                quota.release(path)
-                rmtree(path)
+                _remove(path)
             else:
                 _make(path, size_mb)
         except Exception:  # a spare that could not be made: sandboxes mount their own
@@ -124,11 +124,28 @@ def _work() -> None:
 
 
 def _make(root: Path, size_mb: int) -> None:
-    key = (root, size_mb)
+    global _making
+    d, keep = None, False
     try:
-        if _closed:
-            return
-        d = Path(tempfile.mkdtemp(prefix=".spare-", dir=root))
+        if not _closed:
+            d = _new_spare(root, size_mb)
+    finally:
+        with _lock:
+            mine = _key == (root, size_mb)
+            if mine:
+                _making = max(0, _making - 1)
+            if d is not None and mine and not _closed:
+                _ready.append(d)
+                keep = True
+    if d is not None and not keep:  # made for a root and size no longer asked for
+        _remove(d)
+
+
+def _new_spare(root: Path, size_mb: int) -> Path:
+    """A hidden folder under ``root`` labelled as this process's spare, its disk mounted;
+    nothing left behind when that fails."""
+    d = Path(tempfile.mkdtemp(prefix=".spare-", dir=root))
+    try:
         record = {
             "labels": {"role": SPARE_ROLE},
             "pid": os.getpid(),
@@ -138,32 +155,22 @@ def _make(root: Path, size_mb: int) -> None:
             "deadline": time.time() + 7 * 86400,
         }
         (d / LABELS_FILE).write_text(json.dumps(record))
-        try:
-            quota.mount_disk(d, size_mb)
-        except OSError:
-            rmtree(d)
-            raise
-        with _lock:
-            if not _closed:
-                _spares.setdefault(key, []).append(d)
-                return
-        quota.release(d)
-        rmtree(d)
-    finally:
-        with _lock:
-            _making[key] -= 1
+        quota.mount_disk(d, size_mb)
+    except BaseException:
+        _remove(d)
+        raise
+    return d
 
 
 def drain() -> None:
     """Finish the work under way, then release the spares (at exit; tests call it too)."""
+    global _ready
     if _worker is not None and _worker.is_alive():
         _jobs.join()
     with _lock:
-        spares = [d for ready in _spares.values() for d in ready]
-        _spares.clear()
+        spares, _ready = _ready, []
     for d in spares:
-        quota.release(d)
-        rmtree(d)
+        _remove(d)
 
 
 @atexit.register
