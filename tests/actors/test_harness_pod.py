@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import subprocess
 import sys
@@ -261,6 +262,26 @@ def test_harness_the_proxy_refused_is_proxy_rejected_not_a_crash(oracle):
     assert (ep.status, ep.failure, ep.harness_exit_code) == ("failed", "proxy_rejected", 1)
     assert "proxy rejected: 400 messages[0].role" in ep.harness_log, ep.harness_log
     assert "unexpected reply" in ep.harness_log and ep.turns == []
+
+
+def test_a_pod_process_freezes_what_it_started_with(oracle):
+    """What a pod's process holds when it starts serving lives as long as the pod: it is moved
+    out of the collector's scans (which a proxied call's garbage triggers every few calls);
+    a pod in a driver's process leaves that process's collector alone."""
+    ray, pod, _ = oracle
+    frozen = ray.get(pod.__ray_call__.remote(lambda _self: gc.get_freeze_count()))
+    assert frozen > 10_000  # the modules, Ray's and Serve's state: far more than a call makes
+    before = gc.get_freeze_count()
+
+    async def start_and_stop() -> int:
+        local = HarnessPod(None, pod_id="in-driver")
+        await local.start()
+        try:
+            return gc.get_freeze_count()
+        finally:
+            await local.stop()
+
+    assert asyncio.run(start_and_stop()) == before
 
 
 def test_the_processes_that_move_no_weights_never_load_torch() -> None:
