@@ -158,8 +158,9 @@ class HarnessPod:
             else None,
         )
         log.info("pod %s proxy on %s and %s", self.pod_id, self.address(), self.socket_path)
-        if ray.get_runtime_context().get_actor_id() is not None:  # a pod's own process
-            # what exists now lives as long as the pod: out of the collector's scans, which a
+        if ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None:
+            # a pod's own process (asking a process outside Ray would start a cluster)
+            # What exists now lives as long as the pod: out of the collector's scans, which a
             # proxied call's garbage triggers every few calls (as Serve does for its replicas)
             gc.collect()
             gc.freeze()
