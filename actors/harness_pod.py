@@ -159,9 +159,9 @@ class HarnessPod:
         )
         log.info("pod %s proxy on %s and %s", self.pod_id, self.address(), self.socket_path)
         if ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None:
-            # a pod's own process (asking a process outside Ray would start a cluster)
-            # What exists now lives as long as the pod: out of the collector's scans, which a
-            # proxied call's garbage triggers every few calls (as Serve does for its replicas)
+            # A pod's own process (asked only where Ray is up: asking starts a cluster). What
+            # it holds now lives as long as the pod: out of the collector's scans, which a
+            # proxied call's garbage triggers every few calls (Serve does the same in replicas).
             gc.collect()
             gc.freeze()
         return self.address()
