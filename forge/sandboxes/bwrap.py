@@ -10,6 +10,7 @@ stay out of sight.
 
 from __future__ import annotations
 
+import functools
 import glob
 import grp
 import logging
@@ -94,6 +95,7 @@ def _under(path: str, parent: str) -> bool:
     return path == parent or path.startswith(parent.rstrip("/") + "/")
 
 
+@functools.cache  # the interpreter and the system dirs stay put for the process's life
 def python_prefix() -> str | None:
     """The real Python installation (not the venv), when it lies outside the system dirs."""
     prefix = os.path.realpath(sys.base_prefix)
@@ -109,6 +111,7 @@ def sandbox_path_var() -> str:
     return f"{SYSTEM_PATH}:{prefix}/bin" if prefix else SYSTEM_PATH
 
 
+@functools.cache
 def host_python() -> str:
     """This process's real interpreter when the sandbox sees it at the same path, else
     ``python3`` from the sandbox's PATH."""

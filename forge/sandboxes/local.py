@@ -221,9 +221,10 @@ class LocalSandbox:
         tmp.replace(d / LABELS_FILE)
         if size is not None:  # workspace, home and /tmp on a file system of that size
             self._data = d / quota.DISK if spare else quota.mount_disk(d, size)
-        keep_tmp = self._data is not None or not self.isolated
-        for sub in ("workspace", "home", "tmp") if keep_tmp else ("workspace", "home"):
-            (self._data_dir() / sub).mkdir()
+        if not spare:  # a spare's disk has its folders already
+            keep_tmp = self._data is not None or not self.isolated
+            for sub in disk_pool.FOLDERS if keep_tmp else disk_pool.FOLDERS[:2]:
+                (self._data_dir() / sub).mkdir()
         self._setup_proxy(spec, d)
 
     def _setup_proxy(self, spec: SandboxSpec, d: Path) -> None:

@@ -72,7 +72,9 @@ def test_spares_are_fresh_and_each_handed_out_once(root: Path) -> None:
     assert len(got) >= 1 + disk_pool.SPARES and len(set(got)) == len(got)
     for d in got:
         assert d.name.startswith("t-") and os.path.ismount(d / quota.DISK)
-        assert sorted(os.listdir(d / quota.DISK)) == ["lost+found"]  # a fresh file system
+        # a fresh file system, with the sandbox's empty folders
+        assert sorted(os.listdir(d / quota.DISK)) == sorted(["lost+found", *disk_pool.FOLDERS])
+        assert not any(os.listdir(d / quota.DISK / sub) for sub in disk_pool.FOLDERS)
         (d / quota.DISK / "mine").write_text(d.name)
     for d in got:
         assert (d / quota.DISK / "mine").read_text() == d.name  # no two share a disk
@@ -91,6 +93,8 @@ def test_a_sandbox_takes_a_spare_and_releases_it_behind(root: Path) -> None:
         wait_for_spares(root, 1)
     for box in boxes:
         assert box.dir is not None and os.path.ismount(box.dir / quota.DISK)
+        assert box.host_workspace.is_dir() and box.host_home.is_dir()
+        assert (box.dir / quota.DISK / "tmp").is_dir()
         assert box.exec(["sh", "-c", "echo hi > f; cat f"], 10).stdout == "hi\n"
     later = boxes[-1]  # made from a spare: its disk is the sandbox's own, with the quota
     r = later.exec(["sh", "-c", "yes > big; echo rc=$?"], 60)
