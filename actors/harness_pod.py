@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import os
@@ -33,6 +34,7 @@ import socket
 import tempfile
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -44,7 +46,7 @@ from actors.pod_proxy import RecordingProxy
 from actors.service_routes import service_routes
 from forge.config import ProxyConfig, SandboxConfig
 from forge.episode import run_attempt
-from forge.sandboxes import disk_pool, warm_pool
+from forge.sandboxes import disk_pool, netns, warm_pool
 from forge.sandboxes.egress import EGRESS_PORT, EgressProxy
 from forge.types import Episode, ImagePart, Turn
 from serve.coalesce import CoalescingHTTP
@@ -96,6 +98,7 @@ class HarnessPod:
         self._ended: OrderedDict[tuple[str, int], None] = OrderedDict()
         self._closed_images: dict[tuple[str, int], dict[str, ImagePart]] = {}
         self._servers: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None  # the one serving, once started
         self.sandboxes: set[Any] = set()  # live sandboxes, destroyed on stop
         self.egress = EgressProxy()  # the way out of a phase whose network allows one
         self.egress_socket: str | None = None
@@ -149,6 +152,8 @@ class HarnessPod:
                 await asyncio.sleep(0.01)
             self._servers.append((server, task))
         self.port = tcp.getsockname()[1]
+        self._loop = asyncio.get_running_loop()
+        netns.serve_here(self.socket_path, self._serve_on)
         os.chmod(self.socket_path, 0o666)
         kube = self.sandbox_config.backend == "kubernetes"  # pods reach it as the proxy's
         self.egress_socket, self.egress_port = await self.egress.serve(
@@ -169,10 +174,40 @@ class HarnessPod:
     def address(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    def _serve_on(self, listener: socket.socket) -> Callable[[], None] | None:
+        """Serve the proxy on ``listener`` too, a sandbox's own (bound in its network namespace,
+        :func:`forge.sandboxes.netns.serve_here`), as the Unix socket's server serves its
+        connections; returns what stops it. Called from an exec's thread; None on the loop's
+        own (it could not wait there), and the listener is relayed."""
+        loop = self._loop
+        with contextlib.suppress(RuntimeError):  # (raised where no loop runs: an exec's thread)
+            if asyncio.get_running_loop() is loop:
+                return None
+        if loop is None or loop.is_closed():
+            return None
+        server = self._servers[-1][0]  # the Unix socket's
+        config = server.config
+        protocol = functools.partial(
+            config.http_protocol_class,
+            config=config,
+            server_state=server.server_state,
+            app_state=server.lifespan.state,
+        )
+        make = loop.create_server(protocol, sock=listener, backlog=config.backlog)
+        serving = asyncio.run_coroutine_threadsafe(make, loop).result()
+
+        def stop() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is gone, and its servers
+                loop.call_soon_threadsafe(serving.close)
+
+        return stop
+
     async def stop(self) -> None:
         """Destroy live sandboxes (killing their processes) and those made ahead for this pod's
         attempts (``sandbox.warm_pool``; local disks made ahead, finishing their releases),
         then stop serving."""
+        if self.socket_path:
+            netns.serve_here(self.socket_path, None)
         for sandbox in list(self.sandboxes):
             await asyncio.to_thread(sandbox.destroy)
         await asyncio.to_thread(warm_pool.shutdown, {"run": self.run, "pod": self.pod_id})

@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import socket
 import subprocess
 import sys
+import threading
+import time
 
 import anthropic
 import httpx
@@ -15,6 +18,7 @@ import pytest
 
 from actors.harness_pod import HarnessPod
 from forge.config import PolicyConfig
+from forge.sandboxes import netns
 from serve.chat_template import parse_tool_calls
 from serve.models import build_byte_tokenizer
 from serve.policy import deploy_policy
@@ -262,6 +266,41 @@ def test_harness_the_proxy_refused_is_proxy_rejected_not_a_crash(oracle):
     assert (ep.status, ep.failure, ep.harness_exit_code) == ("failed", "proxy_rejected", 1)
     assert "proxy rejected: 400 messages[0].role" in ep.harness_log, ep.harness_log
     assert "unexpected reply" in ep.harness_log and ep.turns == []
+
+
+def test_a_sandbox_listener_is_served_by_the_pod_itself() -> None:
+    """A listener handed over by a sandbox's exec (bound in its network namespace:
+    forge.sandboxes.netns.serve_here) is served by the pod's own app until stopped; on the
+    pod's loop itself the pod declines (it cannot wait there) and the listener is relayed."""
+    pod = HarnessPod(None, pod_id="serve-on")
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    asyncio.run_coroutine_threadsafe(pod.start(), loop).result(30)
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/episodes/e/attempts/0/v1/models"
+    try:
+        assert netns._served[pod.socket_path] == pod._serve_on
+        stop = pod._serve_on(listener)
+        assert stop is not None
+        r = httpx.get(url, timeout=10)
+        assert r.status_code == 404 and "no attempt 0 of episode e" in r.text  # the pod's app
+        stop()
+        time.sleep(0.2)
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(url, timeout=10)
+        on_loop = asyncio.run_coroutine_threadsafe(_call(pod._serve_on, listener), loop)
+        assert on_loop.result(10) is None
+    finally:
+        asyncio.run_coroutine_threadsafe(pod.stop(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+    assert pod.socket_path not in netns._served  # withdrawn at stop
+
+
+async def _call(fn, *args):
+    return fn(*args)
 
 
 def test_a_pod_process_freezes_what_it_started_with(oracle):

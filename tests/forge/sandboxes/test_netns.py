@@ -4,8 +4,10 @@ a real proxy stand-in on a Unix socket; and the bridge's way where this process 
 
 from __future__ import annotations
 
+import json
+import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,12 @@ FETCH = (
     "import json, os, sys, urllib.request\n"
     "with urllib.request.urlopen('http://127.0.0.1:8931/v1/x', timeout=10) as r:\n"
     "    print(json.dumps({'path': json.load(r)['path'], 'run': os.path.exists('/run/forge')}))\n"
+)
+
+READ = (
+    "import urllib.request\n"
+    "with urllib.request.urlopen('http://127.0.0.1:8931/v1/x', timeout=10) as r:\n"
+    "    print(r.read().decode())\n"
 )
 
 
@@ -102,3 +110,54 @@ def test_execs_at_once_all_reach_their_proxy(tmp_path, proxy) -> None:
         t.join()
     assert failures == []
     assert len(proxy.requests) == 18
+
+
+def _answer_on(listener: socket.socket, log: list[str]) -> Callable[[], None]:
+    """A server of ``listener`` (as :func:`netns.serve_here` hands it over): each connection
+    is answered with its path; returns what stops it."""
+    listener.setblocking(True)
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:  # stopped
+                return
+            with conn:
+                path = conn.recv(65536).split(b" ", 2)[1].decode()
+                body = json.dumps({"path": path, "served": True}).encode()
+                head = f"HTTP/1.1 200 OK\r\ncontent-length: {len(body)}\r\n"
+                conn.sendall(head.encode() + b"connection: close\r\n\r\n" + body)
+
+    threading.Thread(target=accept, daemon=True).start()
+
+    def stop() -> None:
+        log.append("stopped")
+        listener.shutdown(socket.SHUT_RDWR)  # wakes the accept
+        listener.close()
+
+    return stop
+
+
+@needs_host_relays
+def test_a_socket_this_process_serves_gets_the_listener_itself(tmp_path, proxy) -> None:
+    """The port of a Unix socket this process serves (the HarnessPod's proxy) is served on the
+    sandbox's own listener, with no relay and no hop through the socket, until the exec ends;
+    a server that declines (None) leaves it relayed."""
+    log: list[str] = []
+    box = LocalSandbox(root=tmp_path / "boxes", disk_mb=None)
+    box.create(SandboxSpec(proxy_socket=proxy.address))
+    netns.serve_here(proxy.address, lambda listener: _answer_on(listener, log))
+    try:
+        for n in range(2):
+            r = box.exec(["python3", "-c", READ], 30)
+            assert r.exit_code == 0, r.stderr
+            assert json.loads(r.stdout) == {"path": "/v1/x", "served": True}
+            assert log == ["stopped"] * (n + 1)  # each exec's own, stopped at its end
+        assert proxy.requests == []  # nothing went through the Unix socket
+        netns.serve_here(proxy.address, lambda listener: None)
+        r = box.exec(["python3", "-c", FETCH], 30)
+        assert r.exit_code == 0 and len(proxy.requests) == 1, r.stderr
+    finally:
+        netns.serve_here(proxy.address, None)
+        box.destroy()
