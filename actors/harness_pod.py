@@ -34,7 +34,6 @@ import socket
 import tempfile
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -98,7 +97,6 @@ class HarnessPod:
         self._ended: OrderedDict[tuple[str, int], None] = OrderedDict()
         self._closed_images: dict[tuple[str, int], dict[str, ImagePart]] = {}
         self._servers: list[tuple[uvicorn.Server, asyncio.Task[None]]] = []
-        self._loop: asyncio.AbstractEventLoop | None = None  # the one serving, once started
         self.sandboxes: set[Any] = set()  # live sandboxes, destroyed on stop
         self.egress = EgressProxy()  # the way out of a phase whose network allows one
         self.egress_socket: str | None = None
@@ -152,8 +150,6 @@ class HarnessPod:
                 await asyncio.sleep(0.01)
             self._servers.append((server, task))
         self.port = tcp.getsockname()[1]
-        self._loop = asyncio.get_running_loop()
-        netns.serve_here(self.socket_path, self._serve_on)
         os.chmod(self.socket_path, 0o666)
         kube = self.sandbox_config.backend == "kubernetes"  # pods reach it as the proxy's
         self.egress_socket, self.egress_port = await self.egress.serve(
@@ -162,6 +158,9 @@ class HarnessPod:
             if kube
             else None,
         )
+        loop = asyncio.get_running_loop()  # sandboxes' listeners served here, not relayed
+        netns.serve_here(self.socket_path, netns.serve_on_loop(loop, self._serve_proxy))
+        netns.serve_here(self.egress_socket, netns.serve_on_loop(loop, self.egress.serve_on))
         log.info("pod %s proxy on %s and %s", self.pod_id, self.address(), self.socket_path)
         if ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None:
             # A pod's own process (asked only where Ray is up: asking starts a cluster). What
@@ -174,17 +173,9 @@ class HarnessPod:
     def address(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def _serve_on(self, listener: socket.socket) -> Callable[[], None] | None:
-        """Serve the proxy on ``listener`` too, a sandbox's own (bound in its network namespace,
-        :func:`forge.sandboxes.netns.serve_here`), as the Unix socket's server serves its
-        connections; returns what stops it. Called from an exec's thread; None on the loop's
-        own (it could not wait there), and the listener is relayed."""
-        loop = self._loop
-        with contextlib.suppress(RuntimeError):  # (raised where no loop runs: an exec's thread)
-            if asyncio.get_running_loop() is loop:
-                return None
-        if loop is None or loop.is_closed():
-            return None
+    async def _serve_proxy(self, listener: socket.socket) -> asyncio.AbstractServer:
+        """Serve the proxy on ``listener`` too, a sandbox's own (bound in its network namespace:
+        :func:`forge.sandboxes.netns.serve_here`), as the Unix socket's server serves it."""
         server = self._servers[-1][0]  # the Unix socket's
         config = server.config
         protocol = functools.partial(
@@ -193,21 +184,16 @@ class HarnessPod:
             server_state=server.server_state,
             app_state=server.lifespan.state,
         )
-        make = loop.create_server(protocol, sock=listener, backlog=config.backlog)
-        serving = asyncio.run_coroutine_threadsafe(make, loop).result()
-
-        def stop() -> None:
-            with contextlib.suppress(RuntimeError):  # the loop is gone, and its servers
-                loop.call_soon_threadsafe(serving.close)
-
-        return stop
+        loop = asyncio.get_running_loop()
+        return await loop.create_server(protocol, sock=listener, backlog=config.backlog)
 
     async def stop(self) -> None:
         """Destroy live sandboxes (killing their processes) and those made ahead for this pod's
         attempts (``sandbox.warm_pool``; local disks made ahead, finishing their releases),
         then stop serving."""
-        if self.socket_path:
-            netns.serve_here(self.socket_path, None)
+        for path in (self.socket_path, self.egress_socket):
+            if path:
+                netns.serve_here(path, None)
         for sandbox in list(self.sandboxes):
             await asyncio.to_thread(sandbox.destroy)
         await asyncio.to_thread(warm_pool.shutdown, {"run": self.run, "pod": self.pod_id})

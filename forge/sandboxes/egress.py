@@ -101,6 +101,11 @@ class EgressProxy:
     async def start_tcp(self, sock: socket.socket) -> None:
         self._servers.append(await asyncio.start_server(self._serve, sock=sock))
 
+    async def serve_on(self, sock: socket.socket) -> asyncio.AbstractServer:
+        """Serve ``sock`` too (a sandbox's listener: :func:`forge.sandboxes.netns.serve_here`)
+        until the server returned is closed."""
+        return await asyncio.start_server(self._serve, sock=sock)
+
     async def serve(self, folder: str, tcp: socket.socket | None) -> tuple[str, int | None]:
         """Serve on ``folder/egress.sock`` (any local user may connect: keys guard it) and on
         ``tcp`` when given; returns the socket's path and the TCP port."""

@@ -21,6 +21,8 @@ socket file.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import errno
 import json
 import os
@@ -28,10 +30,10 @@ import select
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from forge.sandboxes import bridge
 from forge.sandboxes.bridge import Relay, listen_tcp
@@ -62,6 +64,31 @@ def serve_here(path: str, serve: Serve | None) -> None:
         _served.pop(path, None)
     else:
         _served[path] = serve
+
+
+def serve_on_loop(
+    loop: asyncio.AbstractEventLoop,
+    start: Callable[[socket.socket], Coroutine[Any, Any, asyncio.AbstractServer]],
+) -> Serve:
+    """A :data:`Serve` for a server on ``loop``: ``start(listener)`` serves it there (awaited
+    from the exec's thread), closing that server stops it. None, and the listener is relayed,
+    when called on ``loop``'s own thread (it could not wait there) or once ``loop`` is closed."""
+
+    def serve(listener: socket.socket) -> Callable[[], None] | None:
+        with contextlib.suppress(RuntimeError):  # raised where no loop runs: an exec's thread
+            if asyncio.get_running_loop() is loop:
+                return None
+        if loop.is_closed():
+            return None
+        server = asyncio.run_coroutine_threadsafe(start(listener), loop).result()
+
+        def stop() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is gone, and its servers
+                loop.call_soon_threadsafe(server.close)
+
+        return stop
+
+    return serve
 
 
 def _libc_call(name: str, *args: int) -> None:

@@ -269,20 +269,19 @@ def test_harness_the_proxy_refused_is_proxy_rejected_not_a_crash(oracle):
 
 
 def test_a_sandbox_listener_is_served_by_the_pod_itself() -> None:
-    """A listener handed over by a sandbox's exec (bound in its network namespace:
-    forge.sandboxes.netns.serve_here) is served by the pod's own app until stopped; on the
-    pod's loop itself the pod declines (it cannot wait there) and the listener is relayed."""
+    """Listeners handed over by a sandbox's exec (bound in its network namespace:
+    forge.sandboxes.netns.serve_here) are served by the pod's own proxy and egress proxy
+    until stopped; on the pod's loop itself the pod declines (it cannot wait there) and the
+    listener is relayed."""
     pod = HarnessPod(None, pod_id="serve-on")
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     asyncio.run_coroutine_threadsafe(pod.start(), loop).result(30)
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.setblocking(False)
-    url = f"http://127.0.0.1:{listener.getsockname()[1]}/episodes/e/attempts/0/v1/models"
     try:
-        assert netns._served[pod.socket_path] == pod._serve_on
-        stop = pod._serve_on(listener)
+        listener = socket.create_server(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/episodes/e/attempts/0/v1/models"
+        stop = netns._served[pod.socket_path](listener)
         assert stop is not None
         r = httpx.get(url, timeout=10)
         assert r.status_code == 404 and "no attempt 0 of episode e" in r.text  # the pod's app
@@ -290,13 +289,21 @@ def test_a_sandbox_listener_is_served_by_the_pod_itself() -> None:
         time.sleep(0.2)
         with pytest.raises(httpx.ConnectError):
             httpx.get(url, timeout=10)
-        on_loop = asyncio.run_coroutine_threadsafe(_call(pod._serve_on, listener), loop)
+        listener = socket.create_server(("127.0.0.1", 0))
+        stop = netns._served[pod.egress_socket](listener)
+        assert stop is not None
+        with socket.create_connection(listener.getsockname(), timeout=10) as conn:
+            conn.sendall(b"GET http://example.test/ HTTP/1.1\r\nHost: example.test\r\n\r\n")
+            assert conn.recv(4096).startswith(b"HTTP/1.1 407")  # the egress proxy: no key
+        stop()
+        serve = netns._served[pod.socket_path]
+        on_loop = asyncio.run_coroutine_threadsafe(_call(serve, listener), loop)
         assert on_loop.result(10) is None
     finally:
         asyncio.run_coroutine_threadsafe(pod.stop(), loop).result(30)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
-    assert pod.socket_path not in netns._served  # withdrawn at stop
+    assert pod.socket_path not in netns._served and pod.egress_socket not in netns._served
 
 
 async def _call(fn, *args):
