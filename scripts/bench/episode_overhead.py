@@ -139,8 +139,9 @@ EMPTY = ["python3", "-c", "pass"]  # a Python harness's own start, and nothing e
 
 def exec_times(socket_path: str, reps: int) -> dict[str, list[float]]:
     """An empty Python program run as a harness is: by hand, in a bare sandbox, and with the
-    proxy relayed in (the bridge in front of it)."""
-    names = ("python3 -c pass: by hand", "in a sandbox", "in a sandbox, bridged")
+    proxy's port made in its namespace (served by the pod where it may enter the namespace,
+    else relayed by the bridge in front of the command)."""
+    names = ("python3 -c pass: by hand", "in a sandbox", "in a sandbox, with its proxy port")
     times: dict[str, list[float]] = {name: [] for name in names}
     config = SandboxConfig(disk_mb=None)
     env = {"PATH": sandbox_path_var(), "LANG": "C.UTF-8"}
@@ -296,7 +297,7 @@ def main() -> None:
         create, destroy = sandbox_times(config, 20)
         print(f"sandbox create {ms(create)}, destroy {ms(destroy)}  ({name}, median of 20)")
     for name, xs in exec_times(local.pod.socket_path, 20).items():
-        print(f"{name:28s} {ms(xs)}  (median of 20)")
+        print(f"{name:33s} {ms(xs)}  (median of 20)")
     head = f"{'harness':16s} {'OpenForge':>11s} {'by hand':>11s}  ratio"
     print(head + (f"  {'baseline':>11s}  ratio" if base else "") + f"  (median of {args.reps})")
     with server as url:
