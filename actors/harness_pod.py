@@ -196,7 +196,11 @@ class HarnessPod:
                 netns.serve_here(path, None)
         for sandbox in list(self.sandboxes):
             await asyncio.to_thread(sandbox.destroy)
-        await asyncio.to_thread(warm_pool.shutdown, {"run": self.run, "pod": self.pod_id})
+        await asyncio.to_thread(
+            warm_pool.shutdown,
+            {"run": self.run, "pod": self.pod_id},
+            warm_pool.longest_create_s(self.sandbox_config),  # one being made, destroyed too
+        )
         await asyncio.to_thread(disk_pool.drain)
         for server, task in self._servers:
             server.should_exit = True

@@ -38,13 +38,14 @@ from typing import TYPE_CHECKING, Any
 from forge.sandboxes.base import SandboxSpec
 
 if TYPE_CHECKING:  # the config sits above the parts: read here as the backends hand it over
-    from forge.config.sandbox import WarmPoolConfig
+    from forge.config.sandbox import SandboxConfig, WarmPoolConfig
 
 log = logging.getLogger(__name__)
 ATTEMPT_LABELS = ("episode", "attempt")  # what the attempt, not the pool, fixes
 WARM = "warm"  # the label of a warm sandbox: "<pool id>-<n>"
 BACKOFF_S = (1.0, 60.0)  # first and longest wait after a failed warm create
 HEALTH_TIMEOUT_S = 2.0  # a warm sandbox's agent must answer within this at handover
+CREATE_SLACK_S = 10.0  # beyond a backend's start timeout: what a create does besides
 
 _pools: dict[tuple[Any, ...], WarmPool] = {}
 _full: set[tuple[Any, ...]] = set()  # kinds refused a pool (max_pools), logged once
@@ -298,6 +299,16 @@ def hand_over(box: Any, warm: Any, spec: SandboxSpec) -> None:
 def pools() -> list[WarmPool]:
     with _lock:
         return list(_pools.values())
+
+
+def longest_create_s(config: SandboxConfig) -> float:
+    """How long a warm sandbox being made may still take (its backend's start timeout, and
+    slack): what a closing HarnessPod waits for, so that its filler destroys what it was making
+    before the pod's process ends."""
+    start = config.start_timeout_s
+    if config.backend == "kubernetes":
+        start = max(start, config.kubernetes.pod_start_timeout_s)
+    return start + CREATE_SLACK_S
 
 
 def shutdown(labels: dict[str, str] | None = None, timeout_s: float = 10.0) -> int:

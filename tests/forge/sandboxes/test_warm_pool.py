@@ -61,6 +61,46 @@ def test_bad_settings_name_the_field() -> None:
         SandboxConfig(warm_pool={"sizes": 2})
 
 
+class _SlowBox:
+    """A sandbox of a fake backend whose create takes ``CREATE_S``."""
+
+    CREATE_S = 1.0
+    made: list[_SlowBox] = []
+
+    def __init__(self, config: SandboxConfig) -> None:
+        self.config, self.destroyed = config, False
+
+    def warm_key(self) -> tuple[Any, ...]:
+        return ("slow",)
+
+    def warm_factory(self) -> Any:
+        return lambda: _SlowBox(self.config)
+
+    def create(self, spec: SandboxSpec) -> None:
+        _SlowBox.made.append(self)
+        time.sleep(self.CREATE_S)
+
+    def destroy(self) -> None:
+        self.destroyed = True
+
+
+def test_closing_waits_for_the_sandbox_being_made_and_destroys_it() -> None:
+    """A HarnessPod's stop waits as long as a warm create may take (its backend's start
+    timeout): the sandbox its filler was making is destroyed before the pod's process ends,
+    not left to the reap pass."""
+    config = SandboxConfig(backend="docker", warm_pool={"size": 1})
+    assert warm_pool.longest_create_s(config) > config.start_timeout_s
+    kube = SandboxConfig(backend="kubernetes", warm_pool={"size": 1})
+    assert warm_pool.longest_create_s(kube) > kube.kubernetes.pod_start_timeout_s
+    _SlowBox.made.clear()
+    pool = warm_pool.pool_for(_SlowBox(config), spec("slow-run"))
+    assert pool is not None
+    while not _SlowBox.made:  # its filler is making one
+        time.sleep(0.01)
+    closed = warm_pool.shutdown({"run": "slow-run"}, warm_pool.longest_create_s(config))
+    assert closed == 1 and [box.destroyed for box in _SlowBox.made] == [True]
+
+
 @pytest.fixture(scope="module")
 def base(docker_daemon, docker_images) -> SandboxConfig:
     return SandboxConfig(
