@@ -66,6 +66,11 @@ def serve_here(path: str, serve: Serve | None) -> None:
         _served[path] = serve
 
 
+def server_of(path: str) -> Serve | None:
+    """This process's server of Unix socket ``path`` (:func:`serve_here`), if any."""
+    return _served.get(path)
+
+
 def serve_on_loop(
     loop: asyncio.AbstractEventLoop,
     start: Callable[[socket.socket], Coroutine[Any, Any, asyncio.AbstractServer]],
@@ -223,7 +228,7 @@ class HostRelays:
 
     @staticmethod
     def _serve(path: str, listener: socket.socket) -> Callable[[], None] | None:
-        serve = _served.get(path)
+        serve = server_of(path)
         if serve is None:
             return None
         try:

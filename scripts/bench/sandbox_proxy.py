@@ -58,7 +58,7 @@ print(json.dumps(took))
 def one_round(local: LocalPod, calls: int, served: bool) -> tuple[list[float], float]:
     """``calls`` calls from one sandbox exec: (the client's ms per call, CPU ms per call here)."""
     pod = local.pod
-    serve = netns._served.get(pod.socket_path)
+    serve = netns.server_of(pod.socket_path)
     if not served:
         netns.serve_here(pod.socket_path, None)
     episode = uuid.uuid4().hex

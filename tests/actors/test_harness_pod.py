@@ -281,7 +281,7 @@ def test_a_sandbox_listener_is_served_by_the_pod_itself() -> None:
     try:
         listener = socket.create_server(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{listener.getsockname()[1]}/episodes/e/attempts/0/v1/models"
-        stop = netns._served[pod.socket_path](listener)
+        stop = _server(pod.socket_path)(listener)
         assert stop is not None
         r = httpx.get(url, timeout=10)
         assert r.status_code == 404 and "no attempt 0 of episode e" in r.text  # the pod's app
@@ -290,24 +290,30 @@ def test_a_sandbox_listener_is_served_by_the_pod_itself() -> None:
         with pytest.raises(httpx.ConnectError):
             httpx.get(url, timeout=10)
         listener = socket.create_server(("127.0.0.1", 0))
-        stop = netns._served[pod.egress_socket](listener)
+        stop = _server(pod.egress_socket)(listener)
         assert stop is not None
         with socket.create_connection(listener.getsockname(), timeout=10) as conn:
             conn.sendall(b"GET http://example.test/ HTTP/1.1\r\nHost: example.test\r\n\r\n")
             assert conn.recv(4096).startswith(b"HTTP/1.1 407")  # the egress proxy: no key
         stop()
-        serve = netns._served[pod.socket_path]
+        serve = _server(pod.socket_path)
         on_loop = asyncio.run_coroutine_threadsafe(_call(serve, listener), loop)
         assert on_loop.result(10) is None
     finally:
         asyncio.run_coroutine_threadsafe(pod.stop(), loop).result(30)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
-    assert pod.socket_path not in netns._served and pod.egress_socket not in netns._served
+    assert netns.server_of(pod.socket_path) is None and netns.server_of(pod.egress_socket) is None
 
 
 async def _call(fn, *args):
     return fn(*args)
+
+
+def _server(path):
+    serve = netns.server_of(path)
+    assert serve is not None, f"no server of {path} in this process"
+    return serve
 
 
 def test_a_pod_process_freezes_what_it_started_with(oracle):
