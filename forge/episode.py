@@ -3,7 +3,7 @@
 create sandbox -> seed workspace -> open the attempt on the proxy -> run the harness command
 (under :mod:`forge.sandboxes.services_launch` when the task has services or an X display) ->
 close the attempt -> classify how it ended -> copy the workspace out, destroy the agent's
-sandbox and verify in fresh ones (``rewards.runner``) -> assemble segments. Infrastructure
+sandbox and verify its copy (``rewards.runner``) -> assemble segments. Infrastructure
 failures (sandbox or proxy error, a slow Policy, a harness that crashed or hung before the
 model's first answer reached it) mark the episode failed with a reason, to be retried, never a
 reward of 0; what the policy caused (context full, turn or token limit, unparseable tool calls,
@@ -46,7 +46,6 @@ from forge.types import Episode
 from rewards.runner import (
     VerifierNetwork,
     run_verifier,
-    runs_commands,
     verifier_seconds,
     verifies_in_place,
 )
@@ -276,20 +275,16 @@ async def run_attempt(
     failure, truncated = classify_end(result, state, task.limits.max_turns, stalled=stalled)
     verifier_boxes: list[Any] = []
     mark("close")
-    boxes = pod.sandbox_config
-    if boxes.backend == "local" and not runs_commands(task):
-        # runs nothing, so writes nothing past its copy of the workspace (capped): no disk quota
-        boxes = boxes.model_copy(update={"disk_mb": None})
 
-    def new_sandbox() -> Any:  # the verifier's own sandboxes: same backend, fresh, no harness
-        box = sandbox_for(boxes, None)
+    def new_sandbox() -> Any:  # a command verifier's own sandboxes: same backend, fresh
+        box = sandbox_for(pod.sandbox_config, None)
         verifier_boxes.append(box)
         pod.sandboxes.add(box)
         return box
 
     try:
         if failure is None and truncated is None:
-            # copies the workspace out, destroys the agent's sandbox, verifies in fresh ones
+            # copies the workspace out, destroys the agent's sandbox, verifies the copy
             apps = {**(state.world.snapshot() if state.world else {}), **pages.state()} or None
             egress["verify"] = _grant(pod, nets["verify"])
             out = VerifierNetwork(

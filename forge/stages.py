@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 # What ``run_attempt`` marks, in order: opening the attempt on the proxy; creating the agent's
 # sandbox; its task and harness files; the harness's run; closing the attempt; copying the
-# workspace out, destroying the agent's sandbox and verifying in fresh ones; the destroy that
+# workspace out, destroying the agent's sandbox and verifying the copy; the destroy that
 # follows; the Episode's assembly (segments, provenance).
 STAGES = ("setup", "create", "files", "harness", "close", "verify", "destroy", "assemble")
 

@@ -6,7 +6,11 @@
    never followed; FIFOs and devices are left out; a workspace over ``max_workspace_bytes`` is
    a wrong answer, decided from ``stat`` before anything is read);
 2. the agent's sandbox is destroyed, which kills every process the agent left behind;
-3. each verifier that reads files gets a fresh sandbox of the same backend: the copy goes into
+3. a verifier that only reads files (file, JSON and judge checks) reads the copy itself, as the
+   sandbox it would be extracted into serves it, without one
+   (:class:`forge.sandboxes.archive_view.ArchiveView`: the same files, links followed only
+   inside the workspace, and no container to start on docker);
+4. each verifier that runs commands gets a fresh sandbox of the same backend: the copy goes into
    its workspace, and only then the verifier's own files (``$VERIFIER_DIR``) and pristine
    copies of the task's seeded files (``$VERIFIER_DIR/task/``). ``$VERIFIER_DIR`` is a new
    random folder in the home for each verifier sandbox, so no link the agent left can name it
@@ -15,8 +19,8 @@
    system's, and commands run with the interpreter settings of
    :data:`rewards.command.INTERPRETER_ENV`, so nothing the agent wrote (module shadows,
    ``sitecustomize``, ``.pth`` files, shell start-up files, shims) changes how they run;
-4. a verifier that runs commands may change its sandbox (a command can run the agent's
-   program), so the next verifier gets another fresh copy; read-only checks share one.
+   A command can run the agent's program and change its sandbox, so the next verifier gets
+   another fresh copy.
 
 A Harbor task in Harbor's mode (:attr:`rewards.harbor_tests.HarborTests.in_place`) is the
 exception: its tests run in the agent's own sandbox, once every process the agent left is
@@ -41,6 +45,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from forge.sandboxes.archive_view import ArchiveView
 from forge.sandboxes.base import ArchiveTooLarge, ExecResult, Sandbox, SandboxSpec
 from forge.sandboxes.bwrap import HOME
 from forge.sandboxes.task_services import ENTRY_LOG
@@ -64,7 +69,6 @@ __all__ = [
     "VERIFIER_DIR",
     "VerifierNetwork",
     "run_verifier",
-    "runs_commands",
     "unreadable_outputs",
     "verifier_dir",
     "verifier_files",
@@ -102,12 +106,6 @@ def verifier_files(task: Task, verifiers: list[VerifierModel]) -> dict[str, str 
 
 def _deadline(verifiers: list[VerifierModel]) -> float:
     return sum(getattr(v, "timeout_s", 0.0) for v in verifiers if v.runs_commands) + SLACK_S
-
-
-def runs_commands(task: Task) -> bool:
-    """Whether a verifier of ``task`` runs commands in its sandbox. The sandbox of one that
-    does not runs nothing at all: it needs no disk quota, the copy it is given being capped."""
-    return any(v.runs_commands for v in _flatten(build_verifier(task.verifier)))
 
 
 def verifier_seconds(task: Task) -> float:
@@ -231,9 +229,11 @@ def run_verifier(
             agent_sandbox.destroy()
         return _with_changes(verdict, changes)
     workspace: bytes | None = None
+    where = agent_sandbox.workspace
+    aliases = [p for p, shown in agent_sandbox.path_map().items() if shown == where]
     try:
         if any(v.reads_sandbox for v in verifiers):
-            workspace = agent_sandbox.get_archive(agent_sandbox.workspace, max_workspace_bytes)
+            workspace = agent_sandbox.get_archive(where, max_workspace_bytes)
     except ArchiveTooLarge as e:
         return Verdict(0.0, f"workspace too large to verify: {e}")
     finally:
@@ -246,23 +246,23 @@ def run_verifier(
     )
     files = verifier_files(task, verifiers)
     verdicts: list[Verdict] = []
-    box: Sandbox | None = None
-    try:
-        for v in verifiers:
-            if v.reads_state:
-                verdicts.append(v.verify_state(apps, transcript, answer))  # type: ignore[attr-defined]
-                continue
-            if v.reads_sandbox and box is None:
-                assert workspace is not None
-                box = _fresh(new_sandbox, spec, workspace, files, network.env)
-            target = box if v.reads_sandbox else _NoSandbox()
-            verdicts.append(_verify(v, target, answer, transcript))
-            if v.runs_commands:
+    view: ArchiveView | None = None
+    for v in verifiers:
+        if v.reads_state:
+            verdicts.append(v.verify_state(apps, transcript, answer))  # type: ignore[attr-defined]
+        elif not v.reads_sandbox:
+            verdicts.append(_verify(v, _NoSandbox(), answer, transcript))
+        elif not v.runs_commands:  # reads files only: the copy itself serves them
+            assert workspace is not None
+            view = view or ArchiveView(workspace, where, aliases)
+            verdicts.append(_verify(v, view, answer, transcript))
+        else:  # its commands may change what they run in: a fresh copy for each
+            assert workspace is not None
+            box = _fresh(new_sandbox, spec, workspace, files, network.env)
+            try:
+                verdicts.append(_verify(v, box, answer, transcript))
+            finally:
                 box.destroy()
-                box = None
-    finally:
-        if box is not None:
-            box.destroy()
     return _with_changes(_combine(top, iter(verdicts)), changes)
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "DEFAULT_MAX_DEPTH",
     "DEFAULT_MAX_ENTRIES",
     "ArchiveTooLarge",
+    "members",
     "pack_dir",
     "unpack_into",
 ]
@@ -167,6 +168,31 @@ def _safe_parts(name: str) -> list[str]:
     return parts
 
 
+def members(
+    data: bytes, max_bytes: int = DEFAULT_MAX_BYTES * 2, max_depth: int = DEFAULT_MAX_DEPTH
+) -> Iterator[tuple[list[str], tarfile.TarInfo, bytes]]:
+    """What :func:`unpack_into` creates from tar ``data``, in order: each directory, regular
+    file, symlink and hard link (a copy of its file) as (its components under the root, the
+    member, a file's bytes or ``b""``). Raises ValueError for a name that leaves the root,
+    :class:`ArchiveTooLarge` past ``max_bytes`` of file data or ``max_depth`` levels."""
+    total = 0
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        for member in tar:
+            if not (member.isdir() or member.isfile() or member.issym() or member.islnk()):
+                continue
+            parts = _safe_parts(member.name)
+            if len(parts) > max_depth:
+                raise ArchiveTooLarge(f"member {member.name[:200]!r}: more than {max_depth} levels")
+            content = b""
+            if member.isfile() or member.islnk():
+                src = tar.extractfile(member)
+                content = src.read() if src is not None else b""
+                total += len(content)
+                if total > max_bytes:
+                    raise ArchiveTooLarge(f"more than {max_bytes} bytes of files")
+            yield parts, member, content
+
+
 def _open_parent(root_fd: int, parts: list[str]) -> int:
     """A descriptor of the directory that holds ``parts[-1]``, creating real directories as
     needed; OSError when a component exists as anything but a real directory."""
@@ -214,39 +240,25 @@ def unpack_into(
     Path(root).mkdir(parents=True, exist_ok=True)
     root_fd = os.open(root, _DIR_FLAGS)
     dir_modes: list[tuple[list[str], int, int]] = []
-    total = 0
     try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-            for member in tar:
-                if not (member.isdir() or member.isfile() or member.issym() or member.islnk()):
-                    continue
-                parts = _safe_parts(member.name)
-                if len(parts) > max_depth:
-                    raise ArchiveTooLarge(
-                        f"member {member.name[:200]!r}: more than {max_depth} levels"
-                    )
-                mode = member.mode & _PERM
-                parent = _open_parent(root_fd, parts)
-                try:
-                    name = parts[-1]
-                    if member.isdir():
-                        _clear(parent, name)
-                        with contextlib.suppress(FileExistsError):
-                            os.mkdir(name, 0o700, dir_fd=parent)
-                        dir_modes.append((parts, mode, int(member.mtime)))
-                    elif member.issym():
-                        _clear(parent, name)
-                        os.symlink(member.linkname, name, dir_fd=parent)
-                    else:  # a regular file, or a hard link stored as a copy of its target
-                        src = tar.extractfile(member)
-                        content = src.read() if src is not None else b""
-                        total += len(content)
-                        if total > max_bytes:
-                            raise ArchiveTooLarge(f"more than {max_bytes} bytes of files")
-                        _write_file(parent, name, content, mode)
-                        os.utime(name, (member.mtime, member.mtime), dir_fd=parent)
-                finally:
-                    os.close(parent)
+        for parts, member, content in members(data, max_bytes, max_depth):
+            mode = member.mode & _PERM
+            parent = _open_parent(root_fd, parts)
+            try:
+                name = parts[-1]
+                if member.isdir():
+                    _clear(parent, name)
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(name, 0o700, dir_fd=parent)
+                    dir_modes.append((parts, mode, int(member.mtime)))
+                elif member.issym():
+                    _clear(parent, name)
+                    os.symlink(member.linkname, name, dir_fd=parent)
+                else:  # a regular file, or a hard link stored as a copy of its target
+                    _write_file(parent, name, content, mode)
+                    os.utime(name, (member.mtime, member.mtime), dir_fd=parent)
+            finally:
+                os.close(parent)
         for parts, mode, mtime in reversed(dir_modes):  # children first, then their parents
             parent = _open_parent(root_fd, parts)
             try:

@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 import posixpath
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from pathlib import Path, PurePosixPath
+from typing import Any, Protocol, TypeVar
+
+P = TypeVar("P", bound=PurePosixPath)
 
 
 @dataclass
@@ -100,16 +103,26 @@ class Sandbox(Protocol):
         ...
 
 
-def resolve_in(roots: dict[str, Path], workspace: str, path: str) -> Path:
+def _host_link(path: PurePosixPath) -> str | None:
+    return os.readlink(path) if os.path.islink(path) else None
+
+
+def resolve_in(
+    roots: dict[str, P],
+    workspace: str,
+    path: str,
+    readlink: Callable[[P], str | None] = _host_link,
+) -> P:
     """The real path of sandbox path ``path`` (relative: from ``workspace``), where ``roots``
     maps each sandbox root (the workspace, the home) to where it really is, following symlinks
     the way the sandbox would see them, but only within the root the path starts in: a link
     in the workspace never leads into the home (where a verifier keeps its own files), nor one
     in the home into the workspace. ValueError when it leaves its root (``..``, other absolute
-    paths, symlinks pointing out). Standard library only: the in-container agent and the local
-    backend share it."""
+    paths, symlinks pointing out). ``readlink``: a path's link target, None when it is no link
+    (the host's by default; :mod:`forge.sandboxes.archive_view` reads an archive's). Standard
+    library only: the in-container agent and the local backend share it."""
     p = path if path.startswith("/") else f"{workspace}/{path}"
-    start: Path | None = None
+    start: P | None = None
     start_prefix = ""
     for _ in range(40):
         p = posixpath.normpath(p)
@@ -129,9 +142,10 @@ def resolve_in(roots: dict[str, Path], workspace: str, path: str) -> Path:
         cur = roots[prefix]
         for i, part in enumerate(parts):
             nxt = cur / part
-            if nxt.is_symlink():
+            target = readlink(nxt)
+            if target is not None:
                 here = posixpath.join(prefix, *parts[:i])
-                p = posixpath.join(here, os.readlink(nxt), *parts[i + 1 :])
+                p = posixpath.join(here, target, *parts[i + 1 :])
                 break
             cur = nxt
         else:

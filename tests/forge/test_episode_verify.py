@@ -1,7 +1,7 @@
-"""The verifier's fresh sandboxes in a whole episode (a real HarnessPod in this process, real
+"""The verifier's sandboxes in a whole episode (a real HarnessPod in this process, real
 bubblewrap sandboxes, the react harness, the scripted oracle as the model): a verifier that runs
-commands gets the pod's disk quota, as the agent did; one that runs nothing gets no quota (it
-writes nothing past its capped copy of the workspace), which saves making a file system."""
+commands gets a fresh sandbox with the pod's disk quota, as the agent did; file checks get no
+sandbox at all (they read the copy of the workspace: ``forge.sandboxes.archive_view``)."""
 
 from __future__ import annotations
 
@@ -39,14 +39,14 @@ class Made(set):
 
 
 @pytest.mark.parametrize(
-    ("check", "verifier_disk"),
+    ("check", "verifier_disks"),
     [
-        ({"type": "file_equals", "path": "hello.txt", "content": "Hello, OpenForge!"}, None),
-        ({"type": "command", "cmd": FITS, "timeout_s": 30}, SMALL_DISK),
+        ({"type": "file_equals", "path": "hello.txt", "content": "Hello, OpenForge!"}, []),
+        ({"type": "command", "cmd": FITS, "timeout_s": 30}, [SMALL_DISK]),
     ],
 )
-def test_only_a_verifier_that_runs_commands_gets_the_disk_quota(
-    tmp_path: Path, check: dict[str, Any], verifier_disk: int | None
+def test_only_a_verifier_that_runs_commands_gets_a_sandbox_with_the_disk_quota(
+    tmp_path: Path, check: dict[str, Any], verifier_disks: list[int]
 ) -> None:
     hello = next(t for t in load_suite("smoke") if t.id == "hello_file")
     task = hello.model_copy(update={"verifier": [hello.verifier, check]})
@@ -65,5 +65,5 @@ def test_only_a_verifier_that_runs_commands_gets_the_disk_quota(
     ep, boxes = asyncio.run(main())
     assert (ep.status, ep.reward) == ("ok", 1.0), (ep.verifier_detail, ep.harness_log)
     agent, *verifiers = boxes
-    assert agent.disk_mb == SMALL_DISK and verifiers
-    assert [box.disk_mb for box in verifiers] == [verifier_disk] * len(verifiers)
+    assert agent.disk_mb == SMALL_DISK
+    assert [box.disk_mb for box in verifiers] == verifier_disks

@@ -1,4 +1,5 @@
-"""run_verifier: the agent's workspace is verified in fresh bubblewrap sandboxes."""
+"""run_verifier: the agent's workspace is verified in fresh bubblewrap sandboxes (commands) or
+read from its copy (file checks)."""
 
 from __future__ import annotations
 
@@ -159,6 +160,30 @@ def test_answer_only_tasks_need_no_sandbox(new_sandbox) -> None:
     assert box.dir is not None and not box.dir.exists()
 
 
+def test_file_checks_read_the_copy_without_a_sandbox(new_sandbox) -> None:
+    """Only commands get a verifier sandbox; file checks read the copy taken before the agent's
+    sandbox was destroyed, links followed inside the workspace only."""
+    t = task(
+        [
+            {"type": "file_equals", "path": "out.txt", "content": "right"},
+            {"type": "json_field", "path": "d/r.json", "field": "a", "equals": 1},
+            {"type": "file_absent", "path": "gone"},
+            {"type": "file_absent", "path": "passwd"},  # a link out reads as absent
+        ]
+    )
+    script = "mkdir d && echo right > out.txt && echo '{\"a\": 1}' > d/r.json"
+    box = agent(new_sandbox, t, script + " && ln -s /etc/passwd passwd")
+
+    def refuse() -> LocalSandbox:
+        raise AssertionError("no sandbox needed")
+
+    verdict = run_verifier(t, box, None, refuse)
+    assert verdict.reward == 1.0, verdict.detail
+    assert box.dir is not None and not box.dir.exists()
+    wrong = agent(new_sandbox, t, "echo wrong > out.txt && touch gone")
+    assert run_verifier(t, wrong, None, refuse).reward == 0.0
+
+
 def test_huge_workspace_is_a_wrong_answer(new_sandbox) -> None:
     t = task({"type": "file_exists", "path": "a"})
     box = agent(new_sandbox, t, "touch a && truncate -s 1T big")
@@ -270,12 +295,3 @@ def test_the_transcript_is_built_only_for_a_verifier_that_reads_it(new_sandbox) 
     assert run_verifier(both, agent(new_sandbox, both, "touch a"), None, new_sandbox,
                         transcript=transcript).reward == 1.0  # fmt: skip
     assert built == [1]
-
-
-def test_runs_commands_names_tasks_whose_verifier_sandbox_runs_something() -> None:
-    from rewards.runner import runs_commands
-
-    assert not runs_commands(task([{"type": "file_exists", "path": "a"},
-                                   {"type": "transcript", "said": "x"}]))  # fmt: skip
-    assert runs_commands(task([{"type": "file_exists", "path": "a"},
-                               {"type": "command", "cmd": "true"}]))  # fmt: skip
