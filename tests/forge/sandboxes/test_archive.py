@@ -93,13 +93,15 @@ def test_root_must_be_a_real_directory(tmp_path: Path) -> None:
 
 
 def crafted(*entries: tuple[str, str, bytes]) -> bytes:
-    """A tar from (name, kind, data) with kind 'file', 'dir', 'sym' (data is the target)."""
+    """A tar from (name, kind, data) with kind 'file', 'dir', 'sym' or 'hard' (for a link,
+    data is its target)."""
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w") as tar:
         for name, kind, data in entries:
             info = tarfile.TarInfo(name)
-            if kind == "sym":
-                info.type, info.linkname = tarfile.SYMTYPE, data.decode()
+            if kind in ("sym", "hard"):
+                info.type = tarfile.SYMTYPE if kind == "sym" else tarfile.LNKTYPE
+                info.linkname = data.decode()
                 tar.addfile(info)
             elif kind == "dir":
                 info.type = tarfile.DIRTYPE

@@ -8,8 +8,6 @@ names, deep and wide trees) the view must give the same bytes, None or refusal f
 
 from __future__ import annotations
 
-import io
-import tarfile
 import tempfile
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from forge.sandboxes.archive_view import ArchiveView
 from forge.sandboxes.base import ArchiveTooLarge, read_regular, resolve_in
 from forge.sandboxes.bwrap import HOME, WORKSPACE
 from forge.sandboxes.orphans import rmtree
+from tests.forge.sandboxes.test_archive import crafted
 from tests.rewards.test_fuzz_workspaces import READ, build, entry
 
 
@@ -77,39 +76,19 @@ def test_the_view_reads_what_the_extracted_copy_reads(tmp_path: Path, entries: l
     assert rmtree(tmp)
 
 
-def tar(*members: tuple[str, str, object]) -> bytes:
-    """A tar of (kind, name, bytes or link target) members, in order."""
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w") as t:
-        for kind, name, arg in members:
-            info = tarfile.TarInfo(name)
-            if kind == "dir":
-                info.type = tarfile.DIRTYPE
-                t.addfile(info)
-            elif kind in ("sym", "hard"):
-                info.type = tarfile.SYMTYPE if kind == "sym" else tarfile.LNKTYPE
-                info.linkname = str(arg)
-                t.addfile(info)
-            else:
-                data = arg if isinstance(arg, bytes) else str(arg).encode()
-                info.size = len(data)
-                t.addfile(info, io.BytesIO(data))
-    return out.getvalue()
-
-
 def test_later_members_links_and_hard_links_read_as_extracted(tmp_path: Path) -> None:
-    data = tar(
-        ("file", "a", "one"),
-        ("file", "a", "two"),  # replaces the first
-        ("sym", "b", "a"),
-        ("sym", "c", "/workspace/d/e"),
-        ("file", "d/e", "deep"),  # its folder is made on the way
-        ("hard", "f", "a"),  # a copy of a's last version
-        ("sym", "loop", "loop"),
-        ("sym", "out", "../../etc/passwd"),
-        ("sym", "home", "/home/agent/x"),
-        ("sym", "g", "a"),
-        ("file", "g", "a file now"),  # a link replaced by a file
+    data = crafted(
+        ("a", "file", b"one"),
+        ("a", "file", b"two"),  # replaces the first
+        ("b", "sym", b"a"),
+        ("c", "sym", b"/workspace/d/e"),
+        ("d/e", "file", b"deep"),  # its folder is made on the way
+        ("f", "hard", b"a"),  # a copy of a's last version
+        ("loop", "sym", b"loop"),
+        ("out", "sym", b"../../etc/passwd"),
+        ("home", "sym", b"/home/agent/x"),
+        ("g", "sym", b"a"),
+        ("g", "file", b"a file now"),  # a link replaced by a file
     )
     roots, _ = extracted(tmp_path, data)
     view, sandbox = ArchiveView(data), sandbox_reader(roots)
@@ -123,14 +102,14 @@ def test_later_members_links_and_hard_links_read_as_extracted(tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("members", "error"),
     [
-        ([("sym", "a", "/tmp"), ("file", "a/b", "x")], OSError),  # never behind a link
-        ([("file", "a", "x"), ("file", "a/b", "x")], OSError),  # nor behind a file
-        ([("dir", "a", None), ("file", "a", "x")], OSError),  # a folder stays a folder
-        ([("file", "../x", "x")], ValueError),  # nothing outside the root
+        ([("a", "sym", b"/tmp"), ("a/b", "file", b"x")], OSError),  # never behind a link
+        ([("a", "file", b"x"), ("a/b", "file", b"x")], OSError),  # nor behind a file
+        ([("a", "dir", b""), ("a", "file", b"x")], OSError),  # a folder stays a folder
+        ([("../x", "file", b"x")], ValueError),  # nothing outside the root
     ],
 )
 def test_what_extraction_refuses_the_view_refuses(tmp_path: Path, members, error) -> None:
-    data = tar(*members)
+    data = crafted(*members)
     with pytest.raises(error):
         unpack_into(tmp_path / "ws", data)
     with pytest.raises(error):
@@ -138,17 +117,17 @@ def test_what_extraction_refuses_the_view_refuses(tmp_path: Path, members, error
 
 
 def test_limits_are_the_extractions(tmp_path: Path) -> None:
-    data = tar(("file", "a", b"x" * 100), ("file", "b", b"y" * 100))
+    data = crafted(("a", "file", b"x" * 100), ("b", "file", b"y" * 100))
     with pytest.raises(ArchiveTooLarge):
         ArchiveView(data, max_bytes=150)
     with pytest.raises(ArchiveTooLarge):
-        ArchiveView(tar(("file", "a/b/c/d", "x")), max_depth=3)
+        ArchiveView(crafted(("a/b/c/d", "file", b"x")), max_depth=3)
 
 
 def test_a_workspace_reached_at_another_path(tmp_path: Path) -> None:
     """An unisolated sandbox's workspace is a host path, and /workspace names it too."""
     host = str(tmp_path / "box" / "workspace")
-    view = ArchiveView(tar(("file", "a", "x")), host, aliases=[WORKSPACE])
+    view = ArchiveView(crafted(("a", "file", b"x")), host, aliases=[WORKSPACE])
     assert view.workspace == host
     assert view.get_file(f"{host}/a") == view.get_file("/workspace/a") == view.get_file("a")
     with pytest.raises(ValueError, match="outside"):
