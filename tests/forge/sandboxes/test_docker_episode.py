@@ -1,7 +1,8 @@
 """One real episode in containers: a HarnessPod (a real Ray actor before a real Serve Policy
 with the scripted engine) runs the react harness on a smoke task with sandbox.backend=docker;
-the harness runs in its own container and the verifier in another. The oracle scores 1.0 and
-noop 0.0, and no container of the run is left."""
+the harness runs in its own container, the task's command verifier in another (its JSON checks
+read the copy of the workspace: no container). The oracle scores 1.0 and noop 0.0, and no
+container of the run is left."""
 
 from __future__ import annotations
 
@@ -41,6 +42,10 @@ def test_react_episode_in_containers_oracle_1_noop_0(ray_cluster, docker_daemon,
         _pod(ray, noop, "dk-b", docker_daemon.host),
     )
     task = next(t for t in load_suite("smoke") if t.id == "json_extract")
+    # a command first: it gets a verifier container of its own; the JSON checks read the copy
+    task = task.model_copy(
+        update={"verifier": [{"type": "command", "cmd": "true"}, *task.verifier]}
+    )
     since = int(time.time()) - 1
     try:
         t0 = time.monotonic()
@@ -62,6 +67,10 @@ def test_react_episode_in_containers_oracle_1_noop_0(ray_cluster, docker_daemon,
     created = [e["Actor"]["Attributes"] for e in events]
     images = {a["image"] for a in created}
     assert docker_images["react"] in images  # the harness ran in its own image
-    assert docker_images["base"] in images  # the verifiers in the base image
+    assert docker_images["base"] in images  # the command verifier in the base image
     assert {a["openforge.episode"] for a in created} == {"g", "b"}
+    verifiers = sorted(
+        a["openforge.episode"] for a in created if a["image"] == docker_images["base"]
+    )
+    assert verifiers == ["b", "g"]  # one each: the JSON checks after the command made none
     assert client.api.containers(all=True, filters={"label": f"openforge.run={RUN}"}) == []

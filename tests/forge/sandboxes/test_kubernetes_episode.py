@@ -3,7 +3,8 @@ with the scripted oracle) configured with ``sandbox.backend=kubernetes`` and kmo
 the react harness on a smoke task. The test-only controller starts each pod kmock receives as a
 container of the test dockerd (host network, the agent on its own loopback IP), so the harness
 reaches the proxy on loopback (proxy.host's default; kmock is local, so check_isolation allows
-it) and the verifier runs in a second pod. The oracle scores 1.0 and no pod is left."""
+it) and the task's command verifier runs in a second pod (its JSON checks read the copy of the
+workspace). The oracle scores 1.0 and no pod is left."""
 
 from __future__ import annotations
 
@@ -68,6 +69,10 @@ def test_react_episode_in_kubernetes_pods_oracle_1(ray_cluster, cluster, docker_
     )
     url = ray.get(pod.start.remote())
     task = next(t for t in load_suite("smoke") if t.id == "json_extract")
+    # a command first: it gets a verifier container of its own; the JSON checks read the copy
+    task = task.model_copy(
+        update={"verifier": [{"type": "command", "cmd": "true"}, *task.verifier]}
+    )
     try:
         good = ray.get(pod.run_episode.remote(task.model_dump(), "react", episode_id="g"))
     finally:
@@ -76,7 +81,8 @@ def test_react_episode_in_kubernetes_pods_oracle_1(ray_cluster, cluster, docker_
     assert len(good.turns) == len(task.solution) + 1
     posted = [r[3] for r in kube.requests("POST", rf"/api/v1/namespaces/{NS}/pods")]
     images = sorted(p["spec"]["containers"][0]["image"] for p in posted)
-    assert images == sorted([docker_images["react"], docker_images["base"]])  # harness, verifier
+    # the harness, the command verifier; the JSON checks after it read the copy: no third pod
+    assert images == sorted([docker_images["react"], docker_images["base"]])
     assert {p["metadata"]["labels"]["openforge.run"] for p in posted} == {RUN}
     assert kube.objects("v1/pods", NS) == {}
     # The default proxy_ports: the proxy listens on one, and the run's NetworkPolicies let its
