@@ -229,9 +229,9 @@ def run_verifier(
             agent_sandbox.destroy()
         return _with_changes(verdict, changes)
     workspace: bytes | None = None
-    where = agent_sandbox.workspace
-    aliases = [p for p, shown in agent_sandbox.path_map().items() if shown == where]
     try:
+        where = agent_sandbox.workspace  # and where else it is reached (unisolated: /workspace)
+        aliases = [p for p, shown in agent_sandbox.path_map().items() if shown == where]
         if any(v.reads_sandbox for v in verifiers):
             workspace = agent_sandbox.get_archive(where, max_workspace_bytes)
     except ArchiveTooLarge as e:

@@ -323,7 +323,9 @@ def test_size_0_changes_nothing(base: SandboxConfig) -> None:
 @pytest.mark.docker
 @pytest.mark.ray
 @pytest.mark.slow
-def test_episodes_in_a_harness_pod_take_warm_containers(ray_cluster, docker_daemon, docker_images):
+def test_episodes_in_a_harness_pod_take_warm_containers(
+    ray_cluster, docker_daemon, docker_images, tmp_path
+):
     """The wiring as a run has it: a HarnessPod (a real Ray actor, before a real Serve Policy
     with the scripted engine) plays react episodes with sandbox.warm_pool; the first makes the
     pool and its own container, the next is handed a warm one, verifiers never are, and the
@@ -336,7 +338,10 @@ def test_episodes_in_a_harness_pod_take_warm_containers(ray_cluster, docker_daem
 
     ray, run = ray_cluster, "warm-episode"
     client = client_for(docker_daemon.host)
-    sandbox = {"backend": "docker", "docker_host": docker_daemon.host, "warm_pool": {"size": 1}}
+    # a root of its own: the reap pass below counts the spare disks other tests' killed
+    # processes left in the shared default root (spares belong to no run), not this run's
+    sandbox = {"backend": "docker", "docker_host": docker_daemon.host, "warm_pool": {"size": 1},
+               "root": str(tmp_path)}  # fmt: skip
     oracle = deploy_policy(PolicyConfig(engine={"name": "scripted"}, num_cpus=0.25), "wp-oracle")
     pod = ray.remote(HarnessPod).options(num_cpus=0.25).remote(oracle, pod_id="wp-a", run=run,
                                                                sandbox=sandbox)  # fmt: skip
