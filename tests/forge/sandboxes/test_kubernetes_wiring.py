@@ -59,13 +59,15 @@ def test_check_isolation_refuses_a_loopback_proxy_for_a_remote_api(kube: KMock) 
     assert is_loopback("[::1]") and is_loopback("localhost") and not is_loopback("10.0.0.1")
 
 
-def test_reap_sandboxes_and_the_reconciler_delete_the_runs_pods(kube: KMock) -> None:
+def test_reap_sandboxes_and_the_reconciler_delete_the_runs_pods(kube: KMock, tmp_path) -> None:
     from kubernetes import client
 
     core = client.CoreV1Api(kube.client())
     for name, run in [("a-1", "run-a"), ("a-2", "run-a"), ("b-1", "run-b")]:
         core.create_namespaced_pod("wired", pod(name, run))
-    cfg = config(kube.url)
+    # a root of its own: the shared default one may hold other processes' dead spare disks,
+    # which every reap pass counts (they belong to no run)
+    cfg = config(kube.url).model_copy(update={"root": str(tmp_path)})
     assert reap_sandboxes(cfg, "run-a", orphans_only=False) == 2
     assert set(kube.objects("v1/pods", "wired")) == {"b-1"}
     loop = reconciler(cfg, "run-b", interval_s=0.05)
