@@ -77,6 +77,3 @@ class ArchiveView:
         """The bytes of the regular file at sandbox path ``path``, or None (missing, a
         directory); ValueError when it leaves the workspace and home, as in the sandbox."""
         return self._files.get(resolve_in(self._roots, self.workspace, path, self._links.get))
-
-    def path_map(self) -> dict[str, str]:
-        return {}
